@@ -1,0 +1,147 @@
+"""A small Llama-style decoder whose positional scheme is the one pluggable part.
+
+Pre-norm RMSNorm, SwiGLU MLP, no biases, causal ``F.scaled_dot_product_attention``; the positional
+scheme (``ropelab.positional``) decides how q and k see positions, whether scores get a bias and whether
+embeddings get an absolute signal. One scheme module is shared by all layers and prepared once per forward.
+
+References:
+  Touvron et al. 2023, Llama 2 (arXiv 2307.09288) — the block.
+  Su et al. 2021, RoFormer (arXiv 2104.09864) — rotary positions.
+  Karpathy, nanoGPT ``model.py`` — the shape of this file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ropelab import positional
+from ropelab.positional import PositionalScheme
+
+
+@dataclass
+class LlamaConfig:
+    vocab_size: int = 16
+    d_model: int = 128        # Bifocal paper: hidden 128
+    n_layers: int = 4         # not stated by the paper; our choice
+    n_heads: int = 4          # Bifocal paper: 4 heads
+    mlp_hidden: int = 512
+    max_len: int = 512
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+    attn_fp32: bool = True    # keep SDPA in fp32 under bf16 autocast: the CPU bf16 SDPA backward is ~2x slower
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig, qk_width: int):
+        super().__init__()
+        self.n_heads, self.head_dim, self.qk_width, self.attn_fp32 = cfg.n_heads, cfg.head_dim, qk_width, cfg.attn_fp32
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x, scheme: PositionalScheme, ctx, mask):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = scheme.qk(q, k, ctx)
+        if self.qk_width != self.head_dim:  # SDPA's fast CPU kernels want v as wide as q and k
+            v = F.pad(v, (0, self.qk_width - self.head_dim))
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if self.attn_fp32 and torch.is_autocast_enabled("cpu"):
+            with torch.autocast("cpu", enabled=False):
+                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                   is_causal=mask is None, scale=scale)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale)
+        y = y[..., : self.head_dim].transpose(1, 2).reshape(B, T, C)
+        return self.out(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.mlp_hidden, bias=False)
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig, qk_width: int):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg, qk_width)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, scheme, ctx, mask):
+        x = x + self.attn(self.attn_norm(x), scheme, ctx, mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg: LlamaConfig, scheme: PositionalScheme):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = scheme
+        qk_width = scheme.qk_width(cfg.head_dim)
+        self.blocks = nn.ModuleList(Block(cfg, qk_width) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        for name, module in self.named_modules():  # the scheme initialises its own parameters
+            if not name.startswith("pos"):
+                self._init_weights(module)
+        for name, p in self.named_parameters():  # GPT-2 style: shrink residual projections with depth
+            if name.endswith(("attn.out.weight", "mlp.down.weight")):
+                nn.init.normal_(p, std=cfg.init_std / math.sqrt(2 * cfg.n_layers))
+
+    def _init_weights(self, module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=self.cfg.init_std)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx (B, T) token ids → logits (B, T, vocab)."""
+        T = idx.shape[1]
+        if T > self.cfg.max_len:
+            raise ValueError(f"sequence length {T} exceeds model.max_len={self.cfg.max_len}")
+        ctx = self.pos.prepare(T, idx.device)
+        bias = self.pos.attn_bias(ctx)
+        mask = None
+        if bias is not None:  # SDPA takes either is_causal or a mask: fold causality into the bias once
+            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+            mask = bias.masked_fill(~causal, float("-inf"))
+        x = self.pos.embed(self.embed(idx), ctx)
+        for block in self.blocks:
+            x = block(x, self.pos, ctx, mask)
+        return self.lm_head(self.norm(x))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def build_model(cfg: LlamaConfig, pos: dict) -> Llama:
+    """Llama with the scheme described by ``pos``; the scheme draws its random init from a forked RNG,
+    so the same seed gives the same backbone weights whatever the scheme."""
+    with torch.random.fork_rng():
+        scheme = positional.build(pos, cfg.head_dim, cfg.n_heads, cfg.max_len)
+    return Llama(cfg, scheme)

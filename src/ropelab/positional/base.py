@@ -1,0 +1,64 @@
+"""The one pluggable part of the backbone: a positional scheme.
+
+The attention block asks every scheme the same questions, so the backbone never branches on names:
+
+* ``prepare(seq_len, device)`` — once per model forward: whatever the scheme needs for these positions
+  (cos/sin tables, an additive bias). Learnable rotations are computed here once, not once per layer.
+* ``embed(x, ctx)`` — add something to the token embeddings (absolute schemes); identity otherwise.
+* ``transform_qk(q, k, ctx)`` — rotate / map q and k, shape (B, H, T, D) → (B, H, T, D') with D' = D
+  for rotary schemes and 2D for PoPE; ``qk_width(head_dim)`` says which.
+* ``attn_bias(ctx)`` — an additive (H, T, T) score bias (ALiBi) or None.
+
+Momentum (``momentum_gamma`` > 0) wraps any scheme: ``qk`` applies ``transform_qk`` and then the
+momentum filter; with γ = 0 it is exactly ``transform_qk``.
+
+One scheme module is shared by all layers; its learnable parameters (Ω, A, Φ, δ) are ordinary
+``nn.Parameter``s, and ``positional_parameters()`` names them for the optimiser, report and loggers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ropelab.positional.momentum import momentum
+from tasks.base import require
+
+
+class PositionalScheme(nn.Module):
+    name: str = ""
+
+    def __init__(self, head_dim: int, n_heads: int, max_len: int, momentum_gamma: float = 0.0):
+        super().__init__()
+        require(isinstance(momentum_gamma, (int, float)) and momentum_gamma >= 0, "pos.momentum.gamma",
+                momentum_gamma, "a number >= 0")
+        self.head_dim, self.n_heads, self.max_len = head_dim, n_heads, max_len
+        self.momentum_gamma = float(momentum_gamma)
+
+    def qk(self, q: torch.Tensor, k: torch.Tensor, ctx: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the attention calls: the positional transform, then momentum when γ > 0."""
+        q, k = self.transform_qk(q, k, ctx)
+        if self.momentum_gamma:
+            q, k = momentum(q, self.momentum_gamma), momentum(k, self.momentum_gamma)
+        return q, k
+
+    def qk_width(self, head_dim: int) -> int:
+        return head_dim
+
+    def prepare(self, seq_len: int, device: torch.device) -> Any:
+        return None
+
+    def embed(self, x: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return x
+
+    def transform_qk(self, q: torch.Tensor, k: torch.Tensor, ctx: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return q, k
+
+    def attn_bias(self, ctx: Any) -> torch.Tensor | None:
+        return None
+
+    def positional_parameters(self) -> dict[str, nn.Parameter]:
+        """Learnable positional parameters by name (empty for fixed schemes)."""
+        return dict(self.named_parameters())

@@ -1,0 +1,35 @@
+"""rope — rotary position embedding (Su et al. 2021, arXiv 2104.09864), fixed frequencies.
+
+f(x, m) = x · e^{imθ}; scores depend only on m − n. Frequencies come from a profile (``freqs``:
+geometric base^(−2i/D), single, bandpass — see ``rotary.inverse_frequencies``). cos/sin are cached
+once for ``max_len`` positions and sliced per forward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ropelab.positional.base import PositionalScheme
+from ropelab.positional.rotary import cos_sin, inverse_frequencies, rotate
+from tasks.base import require
+
+
+class RoPE(PositionalScheme):
+    name = "rope"
+
+    def __init__(self, head_dim, n_heads, max_len, base: float = 10000.0, freqs: str = "geometric",
+                 single_freq: float | None = None, band: tuple[float, float] | None = None, momentum_gamma=0.0):
+        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+        require(head_dim % 2 == 0, "model.d_model/model.n_heads", head_dim, "rotary schemes need an even head dim")
+        inv_freq = inverse_frequencies(head_dim // 2, freqs, base, single_freq, band)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        cos, sin = cos_sin(torch.arange(max_len, dtype=torch.float32)[:, None] * inv_freq)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def prepare(self, seq_len, device):
+        return self.cos[:seq_len], self.sin[:seq_len]
+
+    def transform_qk(self, q, k, ctx):
+        cos, sin = ctx
+        return rotate(q, cos, sin), rotate(k, cos, sin)

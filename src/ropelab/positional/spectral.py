@@ -1,0 +1,60 @@
+"""spectral — Spectral RoPE from Bifocal Attention (arXiv 2601.22402): f(x, m) = A ⊙ (x · e^{i(mΩ + Φ)}).
+
+Learnable per head and channel pair (shape (H, D/2)), shared by all layers like HF Llama's rotary module:
+  Ω ``omega``     frequencies, initialised exactly to the geometric RoPE frequencies (profile ``freqs``);
+  A ``amplitude`` initialised to 1;
+  Φ ``phase``     initialised N(0, ``phase_std``) (paper: 1e-3).
+
+If Φ and A act on both q and k, Φ cancels in q·kᵀ (⟨f(q,m), f(k,n)⟩ = Re Σ A² q k̄ e^{i(m−n)Ω}) and only
+Ω and A² matter. ``phase_on`` / ``amplitude_on`` choose the side(s); the default puts Φ on the query only
+(so it shifts the relative phase, like PoPE's key-side δ) and A on both. With ``phase_std=0`` the scheme
+equals ``rope`` bit for bit at init (the paper's Δ = 0 condition).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ropelab.positional.base import PositionalScheme
+from ropelab.positional.rotary import cos_sin, inverse_frequencies, rotate
+from tasks.base import require
+
+SIDES = ("query", "key", "both")
+
+
+class SpectralRoPE(PositionalScheme):
+    name = "spectral"
+
+    def __init__(self, head_dim, n_heads, max_len, base: float = 10000.0, freqs: str = "geometric",
+                 single_freq: float | None = None, band: tuple[float, float] | None = None,
+                 phase_std: float = 1e-3, phase_on: str = "query", amplitude_on: str = "both",
+                 momentum_gamma=0.0):
+        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+        require(head_dim % 2 == 0, "model.d_model/model.n_heads", head_dim, "rotary schemes need an even head dim")
+        require(isinstance(phase_std, (int, float)) and phase_std >= 0, "pos.phase_std", phase_std, "a number >= 0")
+        require(phase_on in SIDES, "pos.phase_on", phase_on, f"one of {', '.join(SIDES)}")
+        require(amplitude_on in SIDES, "pos.amplitude_on", amplitude_on, f"one of {', '.join(SIDES)}")
+        self.phase_on, self.amplitude_on = phase_on, amplitude_on
+        inv_freq = inverse_frequencies(head_dim // 2, freqs, base, single_freq, band)
+        self.register_buffer("omega_init", inv_freq.expand(n_heads, -1).clone(), persistent=False)
+        self.omega = nn.Parameter(inv_freq.expand(n_heads, -1).clone())
+        self.amplitude = nn.Parameter(torch.ones(n_heads, head_dim // 2))
+        self.phase = nn.Parameter(torch.randn(n_heads, head_dim // 2) * phase_std)
+        self.register_buffer("positions", torch.arange(max_len, dtype=torch.float32), persistent=False)
+
+    def prepare(self, seq_len, device):
+        angles = self.positions[:seq_len, None] * self.omega[:, None, :]  # (H, T, D/2)
+        plain = cos_sin(angles)
+        shifted = cos_sin(angles + self.phase[:, None, :])
+        amplitude = torch.cat((self.amplitude, self.amplitude), dim=-1)[:, None, :]  # (H, 1, D)
+        q_rot = shifted if self.phase_on in ("query", "both") else plain
+        k_rot = shifted if self.phase_on in ("key", "both") else plain
+        q_amp = amplitude if self.amplitude_on in ("query", "both") else None
+        k_amp = amplitude if self.amplitude_on in ("key", "both") else None
+        return q_rot, k_rot, q_amp, k_amp
+
+    def transform_qk(self, q, k, ctx):
+        (q_cos, q_sin), (k_cos, k_sin), q_amp, k_amp = ctx
+        q, k = rotate(q, q_cos, q_sin), rotate(k, k_cos, k_sin)
+        return (q if q_amp is None else q * q_amp), (k if k_amp is None else k * k_amp)

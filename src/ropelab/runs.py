@@ -1,0 +1,62 @@
+"""Run folders: where a run lives, its summary.json, and atomic writes.
+
+A run folder holds ``config.yaml`` (resolved), ``metrics.csv``, ``summary.json``, ``checkpoints/`` and
+``positional_trace.npz``. ``summary.json`` carries ``status``: running, completed, failed, diverged or
+interrupted; sweeps skip completed runs and resume the others from ``checkpoints/last.ckpt``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RUNS_ROOT = Path(os.environ.get("ROPELAB_RUNS", "runs"))
+SUMMARY = "summary.json"
+STATUSES = ("running", "completed", "failed", "diverged", "interrupted")
+
+
+def single_run_dir(task: str, pos: str, seed: Any, resume: Any = None) -> str:
+    """Folder of a single (non-sweep) run: the resume folder if given, else a fresh, never-colliding one."""
+    if resume not in (None, "", "null"):
+        return str(resume)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    return str(RUNS_ROOT / "single" / f"{stamp}_{task}_{pos}_s{seed}_{secrets.token_hex(3)}")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write then rename, so a kill never leaves a half-written file that looks complete."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_summary(run_dir: Path, summary: dict) -> None:
+    atomic_write_text(Path(run_dir) / SUMMARY, json.dumps(summary, indent=2, sort_keys=True, default=float) + "\n")
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / SUMMARY
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None

@@ -1,0 +1,25 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("WANDB_MODE", "offline")
+
+
+def run_train(*overrides: str, cwd: Path, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python train.py`` as a user would, in ``cwd`` (runs land in cwd/runs)."""
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+# a tiny, fast configuration for end-to-end runs
+TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.mlp_hidden=64", "data.batch_size=4",
+        "data.val_size=8", "data.test_size=8", "data.ood_size=8", "data.eval_batch_size=8", "trainer.threads=1"]
+
+
+@pytest.fixture
+def tiny():
+    return list(TINY)
