@@ -42,7 +42,11 @@ def _threads(cfg: DictConfig) -> int:
     if cfg.trainer.threads:
         return int(cfg.trainer.threads)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    parallel = int(os.environ.get("ROPELAB_PARALLEL_JOBS", "1"))  # set by the joblib launcher config
+    parallel = 1
+    if HydraConfig.initialized():  # parallel joblib jobs share the cores instead of oversubscribing them
+        n_jobs = OmegaConf.select(HydraConfig.get(), "launcher.n_jobs", default=None)
+        parallel = cores if n_jobs in (None, -1) and "joblib" in str(HydraConfig.get().launcher.get("_target_", "")) \
+            else int(n_jobs or 1)
     return max(1, cores // max(1, parallel))
 
 
