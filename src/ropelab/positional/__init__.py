@@ -16,6 +16,13 @@ from tasks.base import ConfigError
 _MODULES = [
     "rope",
     "spectral",
+    "bifocal",
+    "pope",
+    "rope_half",
+    "alibi",
+    "nope",
+    "learned_abs",
+    "sinusoidal",
 ]
 
 

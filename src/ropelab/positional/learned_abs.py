@@ -1,0 +1,25 @@
+"""learned_abs — a learned absolute position embedding added to the token embeddings (GPT-2 style).
+
+``embedding`` (max_len, d_model), d_model = n_heads · head_dim, initialised N(0, ``init_std``) like the
+backbone's token embedding (0.02). Positions beyond the model's max_len do not exist.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ropelab.positional.base import PositionalScheme
+from tasks.base import require
+
+
+class LearnedAbsolute(PositionalScheme):
+    name = "learned_abs"
+
+    def __init__(self, head_dim, n_heads, max_len, init_std: float = 0.02, momentum_gamma=0.0):
+        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+        require(isinstance(init_std, (int, float)) and init_std >= 0, "pos.init_std", init_std, "a number >= 0")
+        self.embedding = nn.Parameter(torch.randn(max_len, head_dim * n_heads) * float(init_std))
+
+    def embed(self, x, ctx):
+        return x + self.embedding[: x.shape[-2]]
