@@ -3,10 +3,10 @@
 
 import sys
 
-from ropelab.cli import check_group_choices
+from ropelab.cli import check_overrides
 
 if __name__ == "__main__":
-    check_group_choices(sys.argv[1:])
+    check_overrides(sys.argv[1:])
     from ropelab.train import main
 
     main()

@@ -49,3 +49,13 @@ class PositionalTrace(L.Callback):
 
     def load_state_dict(self, state):
         self.steps, self.values = list(state["steps"]), {k: list(v) for k, v in state["values"].items()}
+
+
+class FlushLoggers(L.Callback):
+    """Write buffered metrics at every validation, before the checkpoint that follows it is saved, so the
+    rows in ``metrics.csv`` always reach at least the last checkpoint."""
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.state.fn == "fit":
+            for logger in trainer.loggers:
+                logger.save()

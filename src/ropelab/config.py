@@ -1,27 +1,153 @@
-"""Checks on a composed config that fail before training with one line naming the key and what is allowed."""
+"""The config schema: every key, its type and allowed range, checked before training starts.
+
+Hydra composes plain YAML; ``check_config`` walks the schema below and fails with one line naming the key,
+the value and what is allowed. Misspelled keys are refused too. The ``task`` and ``pos`` groups are checked
+by their own builders (``tasks.build``, ``ropelab.positional.build``), which know each task's and scheme's
+options; ``check_config`` builds both so every mistake surfaces before the first step.
+"""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-from tasks.base import ConfigError, require
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from tasks.base import ConfigError
+
+PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "64-true")
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def spec(kind: Any, lo: float | None = None, hi: float | None = None, choices: tuple | None = None,
+         optional: bool = False):
+    return field(default=None, metadata=dict(kind=kind, lo=lo, hi=hi, choices=choices, optional=optional))
+
+
+@dataclass
+class ModelSchema:
+    d_model: int = spec(int, 1)
+    n_layers: int = spec(int, 1)
+    n_heads: int = spec(int, 1)
+    mlp_hidden: int = spec(int, 1)
+    norm_eps: float = spec(float, 0)
+    init_std: float = spec(float, 0)
+    attn_fp32: bool = spec(bool)
+
+
+@dataclass
+class TrainerSchema:
+    max_steps: int = spec(int, 1)
+    val_every: int = spec(int, 1)
+    gradient_clip_val: float = spec(float, 0, optional=True)
+    diverge_grad_norm: float = spec(float, 0, optional=True)
+    precision: str = spec(str, choices=PRECISIONS)
+    threads: int = spec(int, 1, optional=True)
+    progress: bool = spec(bool)
+    compile: bool = spec(bool)
+
+
+@dataclass
+class DataSchema:
+    batch_size: int = spec(int, 1)
+    val_size: int = spec(int, 1)
+    test_size: int = spec(int, 1)
+    ood_size: int = spec(int, 1)
+    eval_batch_size: int = spec(int, 1)
+
+
+@dataclass
+class OptimSchema:
+    lr: float = spec(float, 0)
+    pos_lr_scale: float = spec(float, 0)
+    weight_decay: float = spec(float, 0)
+    betas: list = spec(list)
+    eps: float = spec(float, 0)
+    warmup_steps: int = spec(int, 0)
+    min_lr_ratio: float = spec(float, 0, 1)
+
+
+@dataclass
+class RootSchema:
+    seed: int = spec(int, 0)
+    name: str = spec(str)
+    resume: str = spec(str, optional=True)
+    rerun: bool = spec(bool)
+    retry_failed: bool = spec(bool)
+
+
+SECTIONS = {"model": ModelSchema, "trainer": TrainerSchema, "data": DataSchema, "optim": OptimSchema}
+OPEN_SECTIONS = ("task", "pos", "logger", "experiment")  # checked by their builders
+
+
+def _describe(meta) -> str:
+    kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}[meta["kind"]]
+    if meta["choices"]:
+        return "one of " + ", ".join(map(str, meta["choices"]))
+    bounds = [f">= {meta['lo']}" if meta["lo"] is not None else "", f"<= {meta['hi']}" if meta["hi"] is not None else ""]
+    text = " and ".join(b for b in bounds if b)
+    return f"{kind}{' ' + text if text else ''}{' or null' if meta['optional'] else ''}"
+
+
+def _ok(value, meta) -> bool:
+    if value is None:
+        return meta["optional"]
+    kind = meta["kind"]
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        return False
+    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        return False
+    if kind is str and not isinstance(value, str):
+        return False
+    if kind is list and not isinstance(value, (list, tuple, ListConfig)):
+        return False
+    if meta["choices"] and value not in meta["choices"]:
+        return False
+    if meta["lo"] is not None and value < meta["lo"] or meta["hi"] is not None and value > meta["hi"]:
+        return False
+    return True
+
+
+def check_section(values: dict, schema: type, prefix: str) -> None:
+    known = {f.name: f.metadata for f in fields(schema)}
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{prefix}{key} is not a known key: valid keys are {', '.join(known)}")
+    for key, meta in known.items():
+        if key not in values:
+            raise ConfigError(f"{prefix}{key} is missing: expected {_describe(meta)}")
+        if not _ok(values[key], meta):
+            raise ConfigError(f"{prefix}{key}={values[key]!r} is invalid: expected {_describe(meta)}")
 
 
 def check_config(cfg: DictConfig) -> None:
-    require(_is_int(cfg.seed), "seed", cfg.seed, "an integer")
-    t = cfg.trainer
-    require(_is_int(t.max_steps) and t.max_steps >= 1, "trainer.max_steps", t.max_steps, "an integer >= 1")
-    require(_is_int(t.val_every) and t.val_every >= 1, "trainer.val_every", t.val_every, "an integer >= 1")
-    require(_is_int(t.checkpoint_every) and t.checkpoint_every >= 1, "trainer.checkpoint_every",
-            t.checkpoint_every, "an integer >= 1")
-    m = cfg.model
-    require(_is_int(m.n_heads) and m.n_heads >= 1, "model.n_heads", m.n_heads, "an integer >= 1")
-    require(_is_int(m.d_model) and m.d_model % m.n_heads == 0, "model.d_model", m.d_model,
-            f"an integer divisible by model.n_heads={m.n_heads}")
+    """Raise a one-line ConfigError for the first bad key; builds task and scheme to check their options."""
+    values = OmegaConf.to_container(cfg, resolve=True)
+    root = {k: v for k, v in values.items() if k not in SECTIONS and k not in OPEN_SECTIONS}
+    check_section(root, RootSchema, "")
+    for section, schema in SECTIONS.items():
+        check_section(values.get(section) or {}, schema, f"{section}.")
+    model = values["model"]
+    if model["d_model"] % model["n_heads"]:
+        raise ConfigError(f"model.n_heads={model['n_heads']} does not divide model.d_model={model['d_model']}")
+    betas = values["optim"]["betas"]
+    if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
+        raise ConfigError(f"optim.betas={betas!r} is invalid: expected two numbers in [0, 1)")
+    _check_builders(values)
+
+
+def _check_builders(values: dict) -> None:
+    import torch
+
+    from ropelab import positional
+    from ropelab.data import build_tasks
+
+    task, ood_task = build_tasks(values["task"])
+    model = values["model"]
+    with torch.random.fork_rng():  # build once to surface the scheme's own checks, then throw it away
+        positional.build(values["pos"], model["d_model"] // model["n_heads"], model["n_heads"],
+                         max(task.seq_len, ood_task.seq_len))
 
 
 __all__ = ["ConfigError", "check_config"]

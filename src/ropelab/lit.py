@@ -64,9 +64,11 @@ class AnswerMetrics:
 
 
 class LitLM(L.LightningModule):
-    def __init__(self, model: Llama, optim: Mapping[str, Any], max_steps: int, group_name: str = "length"):
+    def __init__(self, model: Llama, optim: Mapping[str, Any], max_steps: int, group_name: str = "length",
+                 diverge_grad_norm: float | None = None):
         super().__init__()
         self.model, self.optim, self.max_steps, self.group_name = model, dict(optim), max_steps, group_name
+        self.diverge_grad_norm = diverge_grad_norm
         require(self.optim.get("lr", 0) > 0, "optim.lr", self.optim.get("lr"), "a number > 0")
         self._metrics: dict[str, AnswerMetrics] = {}
         self.group_results: dict[str, dict[int, float]] = {}
@@ -89,6 +91,16 @@ class LitLM(L.LightningModule):
         self.log("train/loss", value, on_step=True, on_epoch=False, prog_bar=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
+
+    def on_before_optimizer_step(self, optimizer):
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        if not torch.isfinite(norm) or (self.diverge_grad_norm and norm > self.diverge_grad_norm):
+            raise Diverged(self.global_step, self.last_finite_loss, f"gradient norm {float(norm):.3g}")
+        self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.model.pos.project_()
 
     def _eval_step(self, batch, split: str):
         inputs, targets, groups = batch

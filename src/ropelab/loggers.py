@@ -7,10 +7,11 @@ resume, drops the rows logged after the checkpoint, so a resumed run's file equa
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 from lightning.fabric.loggers.csv_logs import _ExperimentWriter
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 
 class _KeepingWriter(_ExperimentWriter):
@@ -50,3 +51,97 @@ def truncate_metrics(metrics_csv: Path, from_step: int) -> None:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
+
+
+# ---------------------------------------------------------------------------------------------------- W&B
+
+def _wandb_tags(cfg: dict) -> list[str]:
+    pos, task = cfg.get("pos") or {}, cfg.get("task") or {}
+    tags = [f"task={task.get('name')}", f"pos={pos.get('name')}", f"seed={cfg.get('seed')}",
+            f"gamma={(pos.get('momentum') or {}).get('gamma', 0.0)}"]
+    tags += [f"{key}={pos[key]}" for key in ("base", "freqs") if pos.get(key) is not None]
+    return [t[:64] for t in tags]  # W&B's tag length limit
+
+
+class RunWandbLogger(WandbLogger):
+    """One W&B run per run folder (so per Hydra job), offline unless ``WANDB_MODE`` says otherwise.
+
+    * files go under ``<run_dir>/wandb/`` (``offline-run-*`` until ``wandb sync`` uploads them);
+    * the run is grouped by the experiment ``name``, tagged task / pos / seed / γ / base / freqs, named after
+      the folder, and carries the resolved ``config.yaml`` that ``ropelab.train`` wrote before building loggers;
+    * at each validation it also logs histograms of the scheme's learnable parameters (``pos/<name>``, and
+      ``pos/<name>_drift`` = Ω/Ω₀ − 1 where the scheme keeps its initial Ω), so their spread, not only the
+      ``pos/<name>_mean`` scalar, is visible;
+    * ``finalize`` called by ``ropelab.train.run`` at the end of the job finishes the W&B run (exit code 0 for a
+      completed run, 1 otherwise). Lightning also calls ``finalize`` after each fit / validate / test; those
+      calls are recognised (they come from inside Lightning) and leave the run open for the test metrics.
+    """
+
+    def __init__(self, save_dir: str, project: str = "ropelab", entity: str | None = None,
+                 group: str | None = None, tags: list[str] | None = None, histograms: bool = True,
+                 mode: str | None = None, **kwargs):
+        import yaml
+
+        run_dir = Path(save_dir)
+        cfg_path = run_dir / "config.yaml"
+        cfg = yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else {}
+        if os.environ.get("WANDB_MODE") == "":  # set but empty: W&B itself would reject it
+            del os.environ["WANDB_MODE"]
+        mode = mode or os.environ.get("WANDB_MODE") or "offline"  # no key / no network here: sync later
+        previous = _wandb_module().run
+        if previous is not None:  # a run left open in this process (an earlier job that died): close it
+            previous.finish(exit_code=1)
+        super().__init__(save_dir=str(run_dir), project=project, entity=entity,
+                         group=group or cfg.get("name"), name=run_dir.name,
+                         tags=list(tags or []) + _wandb_tags(cfg), config=cfg, mode=mode,
+                         job_type="train", **kwargs)
+        self._histograms, self._pos_module, self._finished = histograms, None, False
+
+    def log_graph(self, model, input_array=None) -> None:  # Lightning hands us the module at fit start
+        inner = getattr(model, "model", model)
+        self._pos_module = getattr(inner, "pos", None)
+
+    def _histogram_metrics(self) -> dict:
+        pos = self._pos_module
+        if pos is None or not self._histograms or not hasattr(pos, "positional_parameters"):
+            return {}
+        wandb = _wandb_module()
+        out = {}
+        for name, p in pos.positional_parameters().items():
+            values = p.detach().float().cpu().numpy().ravel()
+            out[f"pos/{name}"] = wandb.Histogram(values)
+            init = getattr(pos, f"{name}_init", None)
+            if init is not None and getattr(init, "shape", None) == p.shape:
+                base = init.detach().float().cpu().numpy().ravel()
+                out[f"pos/{name}_drift"] = wandb.Histogram(values / (base + (base == 0)) - 1)
+        return out
+
+    def log_metrics(self, metrics, step=None) -> None:
+        if self._finished:
+            return
+        if any(k.startswith("val/") for k in metrics):
+            metrics = {**metrics, **self._histogram_metrics()}
+        super().log_metrics(metrics, step)
+
+    def finalize(self, status: str) -> None:
+        import sys
+
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        super().finalize(status)
+        if caller.startswith(("lightning.", "pytorch_lightning.")) or self._finished:
+            return  # Lightning's own end-of-fit/validate/test call: the job may still log test metrics
+        self._finished = True
+        if self._experiment is not None:
+            self._experiment.summary["status"] = "completed" if status == "success" else status
+            self._experiment.finish(exit_code=0 if status == "success" else 1)
+
+
+def _wandb_module():
+    import wandb
+
+    return wandb
+
+
+def wandb_logger(save_dir: str, **kwargs) -> RunWandbLogger:
+    """Hydra target of ``conf/logger/wandb.yaml``; ``ropelab.train`` passes ``save_dir`` = the run folder."""
+    return RunWandbLogger(save_dir=save_dir, **kwargs)

@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from ropelab import runs
-from ropelab.callbacks import PositionalTrace
+from ropelab.callbacks import FlushLoggers, PositionalTrace
 from ropelab.config import check_config
 from ropelab.data import TaskDataModule
 from ropelab.lit import Diverged, LitLM
@@ -85,21 +85,25 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
     datamodule = TaskDataModule(OmegaConf.to_container(cfg.task, resolve=True), cfg.seed, **cfg.data)
     model_cfg = LlamaConfig(vocab_size=len(datamodule.task.vocab), max_len=datamodule.max_len, **cfg.model)
     model = build_model(model_cfg, OmegaConf.to_container(cfg.pos, resolve=True))
-    lit = LitLM(model, cfg.optim, cfg.trainer.max_steps, group_name=datamodule.task.group_name)
+    lit = LitLM(model, cfg.optim, cfg.trainer.max_steps, group_name=datamodule.task.group_name,
+                diverge_grad_norm=cfg.trainer.diverge_grad_norm)
+    if cfg.trainer.compile:
+        model.compile()  # in place: state_dict keys stay those of the plain model
 
     loggers = [hydra.utils.instantiate(spec, save_dir=str(run_dir)) for spec in (cfg.logger or {}).values() if spec]
+    # saved after every validation (Lightning runs checkpoint callbacks last, after the flush and the trace)
     checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step:06d}", auto_insert_metric_name=False,
-                                 every_n_train_steps=cfg.trainer.checkpoint_every, save_top_k=1, save_last="link")
+                                 save_top_k=1, save_last="link")
     trainer = L.Trainer(
         accelerator="cpu", devices=1, max_steps=cfg.trainer.max_steps, precision=cfg.trainer.precision,
         gradient_clip_val=cfg.trainer.gradient_clip_val, val_check_interval=cfg.trainer.val_every,
         check_val_every_n_epoch=None, num_sanity_val_steps=0, log_every_n_steps=1, logger=loggers,
-        callbacks=[checkpoint, PositionalTrace(run_dir)], enable_progress_bar=cfg.trainer.progress,
+        callbacks=[FlushLoggers(), PositionalTrace(run_dir), checkpoint], enable_progress_bar=cfg.trainer.progress,
         enable_model_summary=False, default_root_dir=str(run_dir), deterministic=True,
     )
     resumed_from = torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"] if ckpt else 0
     if ckpt:
-        truncate_metrics(run_dir / "metrics.csv", resumed_from + 1)
+        truncate_metrics(run_dir / "metrics.csv", resumed_from)  # rows at step >= this are logged again
         log.info("resuming %s from step %d", run_dir, resumed_from)
 
     summary: dict[str, Any] = {
@@ -147,12 +151,14 @@ def _print_result(summary: dict) -> None:
 def main(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
+    run_dir = Path(hc.runtime.output_dir)
     try:
-        summary = run(cfg, Path(hc.runtime.output_dir), sweep=sweep)
+        summary = run(cfg, run_dir, sweep=sweep)
     except ConfigError as err:
-        if sweep:
-            raise
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        if not sweep:
+            sys.exit(2)
+        summary = {"status": "failed", "error": f"ConfigError: {err}", "run_dir": str(run_dir)}
+        runs.write_summary(run_dir, summary)  # the sweep goes on; the report shows this job as failed
     _print_result(summary)
     return summary.get("final", {}).get("val/loss")

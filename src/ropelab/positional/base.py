@@ -59,6 +59,10 @@ class PositionalScheme(nn.Module):
     def attn_bias(self, ctx: Any) -> torch.Tensor | None:
         return None
 
+    @torch.no_grad()
+    def project_(self) -> None:
+        """Called after every optimiser step: put constrained parameters back into their range."""
+
     def positional_parameters(self) -> dict[str, nn.Parameter]:
         """Learnable positional parameters by name (empty for fixed schemes)."""
         return dict(self.named_parameters())

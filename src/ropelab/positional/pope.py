@@ -52,6 +52,11 @@ class PoPE(PositionalScheme):
     def clamped_delta(self) -> torch.Tensor:
         return self.delta.clamp(-2 * math.pi, 0.0)
 
+    @torch.no_grad()
+    def project_(self):
+        # the forward clamp passes no gradient past a bound; projecting keeps δ where it can move again
+        self.delta.clamp_(-2 * math.pi, 0.0)
+
     def prepare(self, seq_len, device):
         key_angles = self.angles[:seq_len] + self.clamped_delta()[:, None, :]  # (H, T, d)
         return self.cos[:seq_len], self.sin[:seq_len], key_angles.cos(), key_angles.sin()

@@ -1,0 +1,875 @@
+"""Sweep reports: ``python -m ropelab.report SWEEP_DIR [--out DIR]`` (or ``make report SWEEP=runs/<name>``).
+
+Reads every run folder under SWEEP_DIR (``config.yaml``, ``summary.json``, ``metrics.csv``,
+``positional_trace.npz``; ``.hydra/`` for jobs that never got further) and writes into ``SWEEP_DIR/report/``:
+
+* ``report.md``  — budget, run status, one table per metric (rows: task; columns: what the sweep varies —
+  scheme, γ, base, frequency profile — detected from the configs), mean ± SD over seeds, the papers' values
+  beside ours (``conf/paper_values.yaml``), lock-in steps, learned-parameter summaries, relative degradation
+  for γ sweeps, and links to the figures;
+* ``table.csv``  — the same cells in long form (one row per task × column), ``runs.csv`` — one row per run;
+* ``table.tex``  — the headline tables as LaTeX tabulars;
+* ``curves_<task>.png`` (loss curves), ``params_<task>_<column>.png`` (Ω, A, Φ over training),
+  ``attention_<task>.png`` (γ sweeps: one attention map per γ on a validation example).
+
+Metrics are those of ``summary.json``'s ``final`` block, over completed runs only; every other run is counted
+by status (failed, diverged, interrupted, running, no summary) in the table cell it belongs to, never dropped.
+
+Lock-in step of a run (Bifocal paper, Fig. 4): smooth ``train/loss`` with a trailing mean over
+``--smooth`` steps (10); the plateau is the median of the smoothed loss over steps ``--plateau`` (20–60); the
+lock-in step is the first step t ≥ the plateau window's start such that the smoothed loss stays below
+``--lockin-frac`` (0.5) × plateau at every logged step from t to the end of the run. "none" if it never does
+(or the final smoothed loss is not below the threshold); undefined for runs shorter than the plateau window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+import yaml
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+PAPER_VALUES = CONF_DIR / "paper_values.yaml"
+
+METRICS = ["val/loss", "val/acc", "val/exact", "ood/acc", "test/acc", "train/loss"]
+PERCENT = {"val/acc", "val/exact", "ood/acc", "ood/exact", "test/acc", "test/exact"}
+LOCKIN = "lockin_step"
+STATUS_ORDER = ["completed", "failed", "diverged", "interrupted", "running", "no summary"]
+SKIP_DIRS = {"report", "wandb", "checkpoints", ".submitit", ".hydra", "__pycache__"}
+# config keys that never define a table column: bookkeeping, threads, loggers, evaluation batch size
+IGNORED_KEYS = {"seed", "name", "resume", "rerun", "retry_failed", "trainer.threads", "trainer.progress",
+                "data.eval_batch_size"}
+IGNORED_PREFIXES = ("logger.", "hydra.")
+TASK_ORDER = ["dyck3", "bio_rotation", "mod_arith", "indirect_indexing", "assoc_recall", "variable_tracking",
+              "global_counting", "mean_pooling", "code_lm"]
+SCHEME_ORDER = ["rope", "spectral", "bifocal", "pope", "rope_half", "alibi", "learned_abs", "sinusoidal", "nope"]
+SHORT = {"pos.momentum.gamma": "γ", "pos.base": "base", "pos.freqs": "freqs"}
+GAMMA = "pos.momentum.gamma"
+
+
+@dataclass
+class LockIn:
+    smooth: int = 10
+    plateau: tuple[int, int] = (20, 60)
+    frac: float = 0.5
+
+    def describe(self) -> str:
+        a, b = self.plateau
+        return (f"smoothed train loss = trailing mean over {self.smooth} steps; plateau = its median over steps "
+                f"{a}–{b}; lock-in step = first step ≥ {a} after which the smoothed loss stays below "
+                f"{self.frac:g} × plateau until the end of the run; \"none\" if it never does.")
+
+
+@dataclass
+class Run:
+    path: Path
+    rel: str
+    config: dict[str, Any]
+    full_config: bool
+    summary: dict | None
+    status: str
+    metrics: pd.DataFrame | None = None
+    lockin: float | None = None  # step; NaN = none; None = undefined
+    final: dict[str, float] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------- reading runs
+
+def find_run_dirs(sweep: Path) -> list[Path]:
+    """Folders under ``sweep`` that are runs: they hold summary.json, config.yaml or a Hydra job's .hydra/."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(sweep):
+        d = Path(dirpath)
+        if "summary.json" in filenames or "config.yaml" in filenames or (d / ".hydra" / "overrides.yaml").is_file():
+            found.append(d)
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(n for n in dirnames if n not in SKIP_DIRS and not n.startswith("."))
+    return sorted(found)
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: str(node) if isinstance(node, list) else node}
+
+
+def _yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _parse_override(item: str) -> tuple[str, Any] | None:
+    key, sep, value = item.lstrip("+~").partition("=")
+    if not sep:
+        return None
+    key = {"task": "task.name", "pos": "pos.name"}.get(key, key)
+    try:
+        value = yaml.safe_load(value)
+    except yaml.YAMLError:
+        pass
+    return key, value
+
+
+def load_run(path: Path, sweep: Path) -> Run:
+    summary = None
+    if (path / "summary.json").is_file():
+        try:
+            summary = json.loads((path / "summary.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            summary = None
+    raw, full = _yaml(path / "config.yaml"), True
+    if not isinstance(raw, dict):
+        raw = _yaml(path / ".hydra" / "config.yaml")  # composed by Hydra when the job started
+        if isinstance(raw, dict):
+            raw.pop("hydra", None)
+    config = flatten(raw) if isinstance(raw, dict) else {}
+    if not config:
+        full = False
+        overrides = _yaml(path / ".hydra" / "overrides.yaml")
+        items = overrides if isinstance(overrides, list) else (path.name.split(",") if "=" in path.name else [])
+        config = dict(filter(None, (_parse_override(str(i)) for i in items)))
+        for key, skey in (("task.name", "task"), ("pos.name", "pos"), ("seed", "seed")):
+            if summary and skey in summary:
+                config.setdefault(key, summary[skey])
+    status = (summary or {}).get("status") or "no summary"
+    run = Run(path=path, rel=str(path.relative_to(sweep)) if path != sweep else path.name, config=config,
+              full_config=full, summary=summary, status=status)
+    final = (summary or {}).get("final") or {}
+    run.final = {k: float(v) for k, v in final.items() if isinstance(v, (int, float))}
+    if (path / "metrics.csv").is_file():
+        try:
+            run.metrics = pd.read_csv(path / "metrics.csv")
+        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            run.metrics = None
+    return run
+
+
+def smoothed_train_loss(metrics: pd.DataFrame | None, window: int) -> pd.Series:
+    if metrics is None or "train/loss" not in metrics or "step" not in metrics:
+        return pd.Series(dtype=float)
+    s = metrics[["step", "train/loss"]].dropna().groupby("step")["train/loss"].last().sort_index()
+    return s.rolling(window, min_periods=1).mean()
+
+
+def lockin_step(metrics: pd.DataFrame | None, rule: LockIn) -> float | None:
+    """Lock-in step (see module doc): a step, NaN for "none", None when the run is too short to say."""
+    s = smoothed_train_loss(metrics, rule.smooth)
+    a, b = rule.plateau
+    window = s[(s.index >= a) & (s.index <= b)]
+    if window.empty or s.index.max() <= b:
+        return None
+    threshold = rule.frac * float(window.median())
+    after = s[s.index >= a]
+    above = np.flatnonzero(after.to_numpy() >= threshold)
+    if not len(above):
+        return float(after.index[0])
+    if above[-1] == len(after) - 1:
+        return math.nan
+    return float(after.index[above[-1] + 1])
+
+
+# ----------------------------------------------------------------------------------------------- the sweep
+
+def _key(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return "∅" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def _order(values: Iterable[Any], preferred: list[str] | None = None) -> list[Any]:
+    def sort_key(v):
+        if preferred and str(v) in preferred:
+            return (0, preferred.index(str(v)), 0.0, "")
+        try:
+            return (1, 0, float(v), "")
+        except (TypeError, ValueError):
+            return (2, 0, 0.0, str(v))
+    return sorted(set(values), key=sort_key)
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+class Sweep:
+    def __init__(self, root: Path, rule: LockIn):
+        self.root, self.rule = Path(root), rule
+        self.runs = [load_run(p, self.root) for p in find_run_dirs(self.root)]
+        for run in self.runs:
+            run.lockin = lockin_step(run.metrics, rule)
+        self._fill_partial_configs()
+        self.factors = self.detect_factors()
+        self.row_key = "task.name"
+        self.col_keys = [k for k in self.factors if k != self.row_key]
+        self.cells = self._cells()
+
+    # which config keys the sweep varies
+    def _table(self, full_only: bool) -> pd.DataFrame:
+        runs = [r for r in self.runs if r.full_config or not full_only] or self.runs
+        return pd.DataFrame([{k: _key(v) for k, v in r.config.items()} for r in runs])
+
+    def _fill_partial_configs(self) -> None:
+        full = self._table(full_only=True)
+        for run in self.runs:
+            if run.full_config or full.empty:
+                continue
+            same = full
+            for k in ("task.name", "pos.name"):
+                if k in run.config and k in same:
+                    narrowed = same[same[k] == _key(run.config[k])]
+                    same = narrowed if not narrowed.empty else same
+            for k in full.columns:
+                if k not in run.config and not same[k].dropna().empty:
+                    run.config[k] = same[k].dropna().mode().iloc[0]
+
+    def detect_factors(self) -> list[str]:
+        """task.name, pos.name when they vary, and every other key that varies within a (task, scheme) pair."""
+        table = self._table(full_only=True).fillna("∅")
+        if table.empty:
+            return ["task.name"]
+        keep = [c for c in table.columns if c not in IGNORED_KEYS and not c.startswith(IGNORED_PREFIXES)]
+        varying = [c for c in keep if table[c].nunique() > 1]
+        base = [k for k in ("task.name", "pos.name") if k in table]
+        factors = ["task.name"] + (["pos.name"] if "pos.name" in varying else [])
+        for c in varying:
+            if c in base:
+                continue
+            if base and table.groupby(base)[c].nunique().max() <= 1:
+                continue  # an option of a task or scheme (pos.phase_std, task.gap_min, …), not a sweep axis
+            factors.append(c)
+        if len(factors) == 1 and "pos.name" in table:  # nothing varies but the seed: label columns by scheme
+            factors.append("pos.name")
+        return factors
+
+    def value(self, run: Run, key: str) -> str:
+        return _key(run.config.get(key))
+
+    def column_label(self, values: dict[str, str]) -> str:
+        parts = []
+        for k in self.col_keys:
+            v = values[k]
+            parts.append(v if k == "pos.name" else f"{SHORT.get(k, k.split('.', 1)[-1])}={v}")
+        return " ".join(parts) or "all"
+
+    def _cells(self) -> pd.DataFrame:
+        rows = []
+        for run in self.runs:
+            row = {k: self.value(run, k) for k in self.factors}
+            row["run"], row["status"], row["seed"] = run.rel, run.status, run.config.get("seed")
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        if df.empty:
+            return df
+        df["column"] = [self.column_label(r) for r in df[self.col_keys].to_dict("records")] if self.col_keys \
+            else "all"
+        return df
+
+    def tasks(self) -> list[str]:
+        return _order(self.cells[self.row_key], TASK_ORDER) if not self.cells.empty else []
+
+    def columns(self) -> list[str]:
+        if self.cells.empty:
+            return []
+        combos = self.cells[self.col_keys].drop_duplicates().to_dict("records")
+        for k in reversed(self.col_keys):
+            order = _order((c[k] for c in combos), SCHEME_ORDER if k == "pos.name" else None)
+            combos.sort(key=lambda c, k=k, order=order: order.index(c[k]))
+        return list(dict.fromkeys(self.column_label(c) for c in combos))
+
+    def runs_in(self, task: str, column: str) -> list[Run]:
+        sel = self.cells[(self.cells[self.row_key] == task) & (self.cells["column"] == column)]
+        by_rel = {r.rel: r for r in self.runs}
+        return [by_rel[rel] for rel in sel["run"]]
+
+    def cell_config(self, runs: list[Run]) -> dict[str, str]:
+        """Config values shared by the runs of a cell (the mode, for keys the runs disagree on)."""
+        counts: dict[str, Counter] = {}
+        for run in runs:
+            for k, v in run.config.items():
+                counts.setdefault(k, Counter())[_key(v)] += 1
+        return {k: c.most_common(1)[0][0] for k, c in counts.items()}
+
+
+# ----------------------------------------------------------------------------------------------- paper values
+
+def load_paper_values(path: Path = PAPER_VALUES) -> list[dict]:
+    data = _yaml(path) or {}
+    entries = []
+    for paper, block in data.items():
+        for e in (block or {}).get("entries", []) or []:
+            entries.append({**e, "paper": paper, "source": block.get("source", paper)})
+    return entries
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+def paper_for(entries: list[dict], config: dict[str, str], metric: str, derived: str | None = None) -> dict | None:
+    for e in entries:
+        if e.get("metric") != metric or e.get("derived") != derived:
+            continue
+        if all(k in config and _same(config[k], v) for k, v in (e.get("match") or {}).items()):
+            return e
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- aggregation
+
+def _mean_std(values: list[float]) -> tuple[float, float, int]:
+    arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if not len(arr):
+        return math.nan, math.nan, 0
+    return float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else math.nan, len(arr)
+
+
+def _num(x: float, metric: str) -> str:
+    if math.isnan(x):
+        return "–"
+    if metric in PERCENT:
+        return f"{100 * x:.1f}"
+    if metric == LOCKIN:
+        return f"{x:.0f}"
+    return f"{x:.3g}" if abs(x) < 0.01 else f"{x:.3f}"
+
+
+def status_note(counts: Counter) -> str:
+    others = [f"{counts[s]} {s}" for s in STATUS_ORDER[1:] if counts.get(s)]
+    return ", ".join(others)
+
+
+def aggregate(sweep: Sweep, entries: list[dict]) -> pd.DataFrame:
+    """One row per (task, column): status counts, mean/std/n of each metric over completed runs, paper values."""
+    rows = []
+    for task in sweep.tasks():
+        for column in sweep.columns():
+            runs = sweep.runs_in(task, column)
+            if not runs:
+                continue
+            config = sweep.cell_config(runs)
+            counts = Counter(r.status for r in runs)
+            row: dict[str, Any] = {"task": task, "column": column,
+                                   **{k: config.get(k) for k in sweep.col_keys},
+                                   "n_runs": len(runs), **{f"n_{s.replace(' ', '_')}": counts.get(s, 0)
+                                                           for s in STATUS_ORDER},
+                                   "seeds": " ".join(sorted({_key(r.config.get('seed')) for r in runs})),
+                                   "steps": config.get("trainer.max_steps"), "batch": config.get("data.batch_size")}
+            done = [r for r in runs if r.status == "completed"]
+            for m in METRICS:
+                row[f"{m}_mean"], row[f"{m}_std"], row[f"{m}_n"] = _mean_std([r.final.get(m, math.nan) for r in done])
+            locks = [r.lockin for r in done if r.lockin is not None]
+            row[f"{LOCKIN}_mean"], row[f"{LOCKIN}_std"], row[f"{LOCKIN}_n"] = _mean_std(locks)
+            row[f"{LOCKIN}_defined"] = len(locks)
+            used = []
+            for m in METRICS + [LOCKIN]:
+                e = paper_for(entries, config, m)
+                if e:
+                    used.append(e["paper"])
+                    row[f"paper_{m}_mean"], row[f"paper_{m}_std"] = e.get("mean"), e.get("std")
+                    row[f"paper_{m}_note"] = e.get("note", "") + (" (approx.)" if e.get("approx") else "")
+            row["papers"] = " ".join(sorted(set(used)))
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def cell_text(row: pd.Series, metric: str, with_paper: bool = True) -> str:
+    n_done, n = int(row["n_completed"]), int(row["n_runs"])
+    counts = Counter({s: int(row[f"n_{s.replace(' ', '_')}"]) for s in STATUS_ORDER})
+    mean, std, k = row[f"{metric}_mean"], row[f"{metric}_std"], int(row[f"{metric}_n"])
+    if metric == LOCKIN:
+        defined = int(row[f"{LOCKIN}_defined"])
+        if not n_done:
+            text = "—"
+        elif not defined:
+            text = "n/a (run shorter than the plateau window)"
+        elif not k:
+            text = f"none (0/{defined})"
+        else:
+            text = _num(mean, metric) + ("" if math.isnan(std) else f" ± {_num(std, metric)}") + f" ({k}/{defined})"
+    else:
+        text = "—" if not k else _num(mean, metric) + ("" if math.isnan(std) else f" ± {_num(std, metric)}")
+        if n_done and k:
+            text += f" (n={k})"
+    note = status_note(counts)
+    if note:
+        text += f" ⚠ {n_done}/{n} completed; {note}"
+    paper_mean = row.get(f"paper_{metric}_mean")
+    if with_paper and paper_mean is not None and not (isinstance(paper_mean, float) and math.isnan(paper_mean)):
+        paper_std = row.get(f"paper_{metric}_std")
+        ptxt = f"{paper_mean:g}" + ("" if paper_std is None or (isinstance(paper_std, float) and math.isnan(paper_std))
+                                    else f" ± {paper_std:g}")
+        text += f" · paper {ptxt}"
+    return text
+
+
+def pivot(agg: pd.DataFrame, sweep: Sweep, metric: str, with_paper: bool = True) -> pd.DataFrame:
+    table = pd.DataFrame(index=sweep.tasks(), columns=sweep.columns(), dtype=object)
+    for _, row in agg.iterrows():
+        table.loc[row["task"], row["column"]] = cell_text(row, metric, with_paper)
+    return table.fillna("")
+
+
+def rel_degradation(agg: pd.DataFrame, sweep: Sweep, entries: list[dict], metric: str = "val/acc") -> pd.DataFrame | None:
+    """For γ sweeps: (m(γ=0) − m(γ)) / m(γ=0) in %, per task and mean over tasks, other axes held fixed."""
+    if GAMMA not in sweep.col_keys:
+        return None
+    others = [k for k in sweep.col_keys if k != GAMMA]
+    zero = agg[agg[GAMMA].map(lambda v: _same(v, 0))]
+    if zero.empty:
+        return None
+    rows: dict[str, dict[str, float]] = {}
+    columns = []
+    for _, row in agg.iterrows():
+        if _same(row[GAMMA], 0):
+            continue
+        base = zero[(zero["task"] == row["task"]) & np.logical_and.reduce(
+            [zero[k] == row[k] for k in others] or [np.ones(len(zero), bool)])]
+        if base.empty:
+            continue
+        m0, m = float(base.iloc[0][f"{metric}_mean"]), float(row[f"{metric}_mean"])
+        value = 100 * (m0 - m) / m0 if m0 and not math.isnan(m0) and not math.isnan(m) else math.nan
+        rows.setdefault(row["task"], {})[row["column"]] = value
+        if row["column"] not in columns:
+            columns.append(row["column"])
+    if not rows:
+        return None
+    order = [c for c in sweep.columns() if c in columns]
+    table = pd.DataFrame(rows).T.reindex(index=[t for t in sweep.tasks() if t in rows], columns=order)
+    table.loc["mean over tasks"] = table.mean(axis=0, skipna=True)
+    paper = {}
+    for column in order:
+        cfg = sweep.cell_config([r for t in sweep.tasks() for r in sweep.runs_in(t, column)])
+        e = paper_for(entries, cfg, metric, derived="rel_degradation_gamma")
+        paper[column] = e["mean"] if e else math.nan
+    table.loc["paper"] = pd.Series(paper)
+    return table
+
+
+# ----------------------------------------------------------------------------------------------- figures
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name).strip("_")
+
+
+def plot_curves(sweep: Sweep, task: str, out: Path, dpi: int) -> Path | None:
+    series = []
+    for column in sweep.columns():
+        runs = [r for r in sweep.runs_in(task, column) if r.metrics is not None and "step" in r.metrics]
+        if not runs:
+            continue
+        train = pd.concat({r.rel: smoothed_train_loss(r.metrics, sweep.rule.smooth) for r in runs}, axis=1)
+        val = pd.concat({r.rel: r.metrics[["step", "val/loss"]].dropna().groupby("step")["val/loss"].last()
+                         for r in runs if "val/loss" in r.metrics}, axis=1) if any(
+            "val/loss" in r.metrics for r in runs) else pd.DataFrame()
+        locks = [r.lockin for r in runs if r.lockin is not None and not math.isnan(r.lockin)]
+        series.append((column, len(runs), train, val, float(np.median(locks)) if locks else None))
+    if not series:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (column, n, train, val, lock) in enumerate(series):
+        color = colors[i % len(colors)]
+        for ax, data in ((axes[0], train), (axes[1], val)):
+            if data.empty:
+                continue
+            mean = data.mean(axis=1)
+            ax.plot(mean.index, mean.to_numpy(), color=color, lw=1.4, label=f"{column} ({n})")
+            if data.shape[1] > 1:
+                ax.fill_between(data.index, data.min(axis=1).to_numpy(), data.max(axis=1).to_numpy(),
+                                color=color, alpha=0.18, lw=0)
+        if lock is not None:
+            axes[0].axvline(lock, color=color, ls=":", lw=1)
+    a, b = sweep.rule.plateau
+    axes[0].axvspan(a, b, color="grey", alpha=0.08, lw=0)
+    axes[0].set_title(f"{task}: train loss (mean over {sweep.rule.smooth} steps)", fontsize=9)
+    axes[1].set_title(f"{task}: validation loss", fontsize=9)
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("loss (answer tokens)")
+    axes[1].legend(fontsize=7, loc="upper right")
+    fig.text(0.01, 0.01, "line: mean over seeds; band: min–max; dotted: median lock-in step; grey: plateau window",
+             fontsize=6, color="grey")
+    fig.tight_layout()
+    path = out / f"curves_{_safe(task)}.png"
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def load_trace(run: Run) -> dict[str, np.ndarray] | None:
+    path = run.path / "positional_trace.npz"
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError):
+        return None
+
+
+def _kind(name: str) -> str:
+    n = name.lower()
+    if "omega" in n or "freq" in n:
+        return "omega"
+    if "amp" in n:
+        return "amplitude"
+    if "phase" in n or "delta" in n or n in ("phi",):
+        return "phase"
+    return "other"
+
+
+def trace_summary(traces: list[dict[str, np.ndarray]]) -> dict[str, tuple[float, float]]:
+    """Final-step summaries over the runs of a group: Ω relative drift (median over channels), mean A,
+    mean Φ offset from init and mean |Φ| — each as (mean, std) over runs."""
+    values: dict[str, list[float]] = {}
+    for tr in traces:
+        for name, arr in tr.items():
+            if name == "steps" or arr.ndim < 1 or len(arr) < 1:
+                continue
+            kind, first, last = _kind(name), arr[0].astype(float), arr[-1].astype(float)
+            if kind == "omega":
+                drift = np.abs(last - first) / np.maximum(np.abs(first), 1e-12)
+                values.setdefault(f"{name}: median |Ω−Ω₀|/Ω₀", []).append(float(np.median(drift)))
+                values.setdefault(f"{name}: max |Ω−Ω₀|/Ω₀", []).append(float(drift.max()))
+            elif kind == "amplitude":
+                values.setdefault(f"{name}: mean", []).append(float(last.mean()))
+                values.setdefault(f"{name}: min … max", []).append(float(last.max() - last.min()))
+            elif kind == "phase":
+                values.setdefault(f"{name}: mean offset (final − init), rad", []).append(float((last - first).mean()))
+                values.setdefault(f"{name}: mean |final|, rad", []).append(float(np.abs(last).mean()))
+            else:
+                values.setdefault(f"{name}: mean", []).append(float(last.mean()))
+    return {k: _mean_std(v)[:2] for k, v in values.items()}
+
+
+def plot_params(sweep: Sweep, task: str, column: str, traced: list[tuple[Run, dict]], out: Path, dpi: int,
+                phase_ref: float | None) -> Path:
+    names = [n for n in traced[0][1] if n != "steps"]
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.2), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, name in zip(axes[0], names):
+        kind = _kind(name)
+        for i, (run, tr) in enumerate(traced):
+            if name not in tr:
+                continue
+            steps, arr, color = tr["steps"], tr[name].astype(float), colors[i % len(colors)]
+            seed = _key(run.config.get("seed"))
+            flat = arr.reshape(len(arr), -1)
+            if kind == "omega":
+                drift = np.abs(flat - flat[:1]) / np.maximum(np.abs(flat[:1]), 1e-12)
+                ax.plot(steps, np.median(drift, axis=1), color=color, label=f"seed {seed} median")
+                ax.plot(steps, drift.max(axis=1), color=color, ls="--", lw=0.8, label=f"seed {seed} max")
+                ax.set_yscale("symlog", linthresh=1e-3)
+                ax.set_title(f"{name}: |Ω−Ω₀|/Ω₀ over channels", fontsize=8)
+                ax.set_xlabel("step")
+            elif kind == "phase":
+                final = arr[-1].reshape(-1, arr.shape[-1]) if arr.ndim > 2 else arr[-1].reshape(1, -1)
+                ax.plot(np.arange(final.shape[-1]), final.mean(axis=0), "o-", ms=2.5, lw=0.9, color=color,
+                        label=f"seed {seed} (mean over heads)")
+                ax.set_title(f"{name} per channel pair at step {int(steps[-1])}", fontsize=8)
+                ax.set_xlabel("pair index")
+            else:
+                ax.plot(steps, flat.mean(axis=1), color=color, label=f"seed {seed} mean")
+                ax.fill_between(steps, flat.min(axis=1), flat.max(axis=1), color=color, alpha=0.15, lw=0)
+                ax.set_title(f"{name} over training (band: min–max)", fontsize=8)
+                ax.set_xlabel("step")
+        if kind == "phase":
+            offsets = [float((tr[name][-1] - tr[name][0]).mean()) for _, tr in traced if name in tr]
+            text = f"mean offset {np.mean(offsets):.2e} rad"
+            if phase_ref is not None:
+                text += f"\npaper ≈ {phase_ref:.1e} rad"
+            ax.text(0.02, 0.97, text, transform=ax.transAxes, va="top", fontsize=7)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle(f"{task} · {column}: learned positional parameters", fontsize=9)
+    fig.tight_layout()
+    path = out / f"params_{_safe(task)}_{_safe(column)}.png"
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def plot_attention(sweep: Sweep, task: str, out: Path, dpi: int, layer: int) -> tuple[Path | None, list[str]]:
+    """γ sweeps: attention (head mean, one layer) on the first validation example, one panel per γ."""
+    from ropelab import attention_maps
+
+    problems: list[str] = []
+    others = [k for k in sweep.col_keys if k != GAMMA]
+    gammas = _order(sweep.cells.loc[sweep.cells[sweep.row_key] == task, GAMMA])
+    rows = _order(sweep.cells.loc[sweep.cells[sweep.row_key] == task, others].astype(str).agg(" ".join, axis=1)) \
+        if others else [""]
+    maps: dict[tuple[str, str], np.ndarray] = {}
+    for run in sorted(sweep.runs, key=lambda r: _key(r.config.get("seed"))):
+        if sweep.value(run, sweep.row_key) != task or run.status != "completed":
+            continue
+        key = (" ".join(sweep.value(run, k) for k in others) if others else "", sweep.value(run, GAMMA))
+        if key in maps:
+            continue
+        try:
+            weights, _tokens = attention_maps.run_attention(run.path)
+        except Exception as err:  # a missing checkpoint or an unbuildable scheme: say so, keep the report
+            problems.append(f"{run.rel}: {type(err).__name__}: {err}")
+            continue
+        maps[key] = weights[min(layer, len(weights) - 1) if layer >= 0 else layer].mean(axis=0)
+    if not maps:
+        return None, problems
+    plt = _plt()
+    fig, axes = plt.subplots(len(rows), len(gammas), figsize=(2.3 * len(gammas), 2.4 * len(rows)), squeeze=False)
+    for i, r in enumerate(rows):
+        for j, g in enumerate(gammas):
+            ax = axes[i][j]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if (r, g) in maps:
+                ax.imshow(maps[(r, g)] ** 0.5, cmap="magma", interpolation="nearest")
+            else:
+                ax.text(0.5, 0.5, "no run", ha="center", va="center", fontsize=7, transform=ax.transAxes)
+            ax.set_title(f"{r} γ={g}".strip(), fontsize=7)
+    layer_name = "last layer" if layer == -1 else f"layer {layer}"
+    fig.suptitle(f"{task}: attention, {layer_name}, mean over heads, √weight (query ↓, key →)", fontsize=8)
+    fig.tight_layout()
+    path = out / f"attention_{_safe(task)}.png"
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path, problems
+
+
+# ----------------------------------------------------------------------------------------------- writing
+
+def md_table(df: pd.DataFrame, index_name: str = "task") -> str:
+    header = [index_name, *map(str, df.columns)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for idx, row in df.iterrows():
+        lines.append("| " + " | ".join([str(idx), *(str(v).replace("|", "\\|") for v in row)]) + " |")
+    return "\n".join(lines)
+
+
+def _tex_escape(s: str) -> str:
+    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
+                 ("±", r"$\pm$"), ("γ", r"$\gamma$"), ("⚠", r"(!)"), ("—", "--"), ("–", "--"), ("·", r"$\cdot$")):
+        s = s.replace(a, b)
+    return s
+
+
+def tex_table(df: pd.DataFrame, caption: str, label: str) -> str:
+    cols = "l" + "c" * len(df.columns)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{_tex_escape(caption)}}}",
+             rf"\label{{{label}}}", rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
+             " & ".join(["task", *(_tex_escape(str(c)) for c in df.columns)]) + r" \\", r"\midrule"]
+    for idx, row in df.iterrows():
+        lines.append(" & ".join([_tex_escape(str(idx)), *(_tex_escape(str(v)) for v in row)]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+def _metric_title(metric: str) -> str:
+    if metric == LOCKIN:
+        return "lock-in step (mean ± SD over runs that locked in; locked/defined)"
+    unit = " (%)" if metric in PERCENT else ""
+    return f"final {metric}{unit}"
+
+
+def budget_lines(sweep: Sweep) -> list[str]:
+    combos = Counter()
+    for run in sweep.runs:
+        steps, batch = run.config.get("trainer.max_steps"), run.config.get("data.batch_size")
+        combos[(steps, batch)] += 1
+    lines = []
+    for (steps, batch), n in sorted(combos.items(), key=lambda kv: -kv[1]):
+        try:
+            examples = f"{int(steps) * int(batch):,}"
+        except (TypeError, ValueError):
+            examples = "?"
+        lines.append(f"{steps} steps × batch {batch} = {examples} training examples per run ({n} runs)")
+    return lines
+
+
+def write_report(sweep_dir: Path, out: Path | None = None, rule: LockIn | None = None, dpi: int = 100,
+                 attention: bool = True, attn_layer: int = 0, paper_values: Path = PAPER_VALUES) -> Path:
+    started = time.time()
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise SystemExit(f"error: {sweep_dir} is not a folder")
+    out = Path(out) if out else sweep_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    rule = rule or LockIn()
+    sweep = Sweep(sweep_dir, rule)
+    entries = load_paper_values(paper_values)
+    papers = _yaml(paper_values) or {}
+    md: list[str] = [f"# Report: {sweep_dir.name}", "",
+                     f"`{sweep_dir}` · {len(sweep.runs)} runs · generated {time.strftime('%Y-%m-%d %H:%M')} by "
+                     f"`python -m ropelab.report`", ""]
+    if not sweep.runs:
+        md += ["No run folders found (folders holding summary.json, config.yaml or .hydra/overrides.yaml)."]
+        (out / "report.md").write_text("\n".join(md) + "\n")
+        pd.DataFrame().to_csv(out / "table.csv", index=False)
+        (out / "table.tex").write_text("% no runs\n")
+        return out
+
+    agg = aggregate(sweep, entries)
+    status = Counter(r.status for r in sweep.runs)
+    md += ["## Budget and status", ""]
+    md += [f"- {line}" for line in budget_lines(sweep)]
+    md += [f"- rows: `{sweep.row_key}`; columns: " + ", ".join(f"`{k}`" for k in sweep.col_keys)
+           + " (detected: the config keys that vary within a task × scheme pair); mean ± SD over seeds"]
+    md += ["- status: " + ", ".join(f"{status[s]} {s}" for s in STATUS_ORDER if status.get(s))
+           + "".join(f", {n} {s}" for s, n in status.items() if s not in STATUS_ORDER)]
+    md += ["- metrics are over completed runs only; a cell with other runs says how many and why (⚠). "
+           "`running` = summary.json says running: in progress, or killed without a chance to record it; "
+           "`no summary` = the job never reached training.", ""]
+
+    runs_table = pd.DataFrame([{"run": r.rel, "status": r.status, **{k: sweep.value(r, k) for k in sweep.factors},
+                                "seed": r.config.get("seed"), "steps": (r.summary or {}).get("steps"),
+                                "wall_seconds": (r.summary or {}).get("wall_seconds"),
+                                **{m: r.final.get(m) for m in METRICS},
+                                LOCKIN: ("n/a" if r.lockin is None else "none" if math.isnan(r.lockin)
+                                         else int(r.lockin)),
+                                "error": (r.summary or {}).get("error", "")} for r in sweep.runs])
+    runs_table.to_csv(out / "runs.csv", index=False)
+    bad = runs_table[runs_table["status"] != "completed"]
+    if not bad.empty:
+        md += ["### Runs that did not complete", "",
+               md_table(bad.set_index("run")[["status", "steps", "error"]].fillna(""), "run"), ""]
+
+    md += ["## Results", "", "Accuracies in %, losses in nats per answer token. "
+           "`paper` = the value in conf/paper_values.yaml for this task and column, where one exists.", ""]
+    tex = [f"% ropelab report for {sweep_dir.name}; needs \\usepackage{{booktabs}}", ""]
+    for metric in METRICS + [LOCKIN]:
+        if metric != LOCKIN and agg[f"{metric}_n"].sum() == 0 and agg["n_completed"].sum() > 0:
+            continue  # the task never logs this metric
+        table = pivot(agg, sweep, metric)
+        md += [f"### {_metric_title(metric)}", "", md_table(table), ""]
+        notes = {row.get(f"paper_{metric}_note") for _, row in agg.iterrows()
+                 if isinstance(row.get(f"paper_{metric}_note"), str) and row.get(f"paper_{metric}_note")}
+        md += [f"- paper: {n}" for n in sorted(notes)] + ([""] if notes else [])
+        if metric in ("val/loss", "val/acc", "ood/acc", "test/acc", LOCKIN):
+            tex.append(tex_table(table, f"{sweep_dir.name}: {_metric_title(metric)}",
+                                 f"tab:{_safe(sweep_dir.name)}-{_safe(metric)}"))
+    md += ["Lock-in: " + rule.describe(), ""]
+
+    deg = rel_degradation(agg, sweep, entries)
+    if deg is not None:
+        md += ["### Relative degradation vs γ = 0 (val/acc, %)", "",
+               "(acc(γ=0) − acc(γ)) / acc(γ=0) × 100, from the seed means, with every other axis held fixed; "
+               "positive = worse than without momentum. `paper` row: conf/paper_values.yaml "
+               "(the paper does not say which tasks or metric it averages).", "",
+               md_table(deg.map(lambda v: "–" if pd.isna(v) else f"{v:.1f}"), ""), ""]
+        tex.append(tex_table(deg.map(lambda v: "--" if pd.isna(v) else f"{v:.1f}"),
+                             f"{sweep_dir.name}: relative degradation vs gamma=0 (val/acc, %)",
+                             f"tab:{_safe(sweep_dir.name)}-degradation"))
+
+    figures: list[str] = []
+    for task in sweep.tasks():
+        p = plot_curves(sweep, task, out, dpi)
+        if p:
+            figures.append(f"![{task} loss curves]({p.name})")
+    if figures:
+        md += ["## Loss curves", "", "Train loss (smoothed) and validation loss against step; one line per column, "
+               "mean over seeds, band = min–max over seeds, dotted = median lock-in step.", "", *figures, ""]
+
+    phase_ref = (papers.get("bifocal") or {}).get("phase_mean_offset_rad")
+    param_rows, param_figs = [], []
+    for task in sweep.tasks():
+        for column in sweep.columns():
+            traced = [(r, t) for r in sweep.runs_in(task, column) if (t := load_trace(r)) is not None and len(t) > 1]
+            if not traced:
+                continue
+            param_figs.append(f"![{task} {column} parameters]("
+                              f"{plot_params(sweep, task, column, traced, out, dpi, phase_ref).name})")
+            for name, (mean, std) in trace_summary([t for _, t in traced]).items():
+                param_rows.append({"task": task, "column": column, "quantity": name,
+                                   "final (mean ± SD over runs)": f"{mean:.3g}" + ("" if math.isnan(std)
+                                                                                   else f" ± {std:.2g}"),
+                                   "runs": len(traced)})
+    if param_rows:
+        md += ["## Learned positional parameters", "",
+               "From positional_trace.npz (step 0 and every validation). Ω drift is relative to its initial "
+               "value; Φ offset is final − init, averaged over heads and pairs"
+               + (f" (paper: saw-tooth over pairs, mean offset ≈ {phase_ref:g} rad)." if phase_ref else "."), "",
+               md_table(pd.DataFrame(param_rows).set_index("task"), "task"), "", *param_figs, ""]
+
+    if attention and GAMMA in sweep.col_keys:
+        attn_figs, problems = [], []
+        for task in sweep.tasks():
+            p, errs = plot_attention(sweep, task, out, dpi, attn_layer)
+            problems += errs
+            if p:
+                attn_figs.append(f"![{task} attention]({p.name})")
+        md += ["## Attention maps by γ", "",
+               "Lowest-seed completed run of each column, checkpoints/last.ckpt, first validation example; "
+               "weights recomputed by ropelab.attention_maps.", "", *attn_figs, ""]
+        md += [f"- could not draw {p}" for p in problems] + ([""] if problems else [])
+
+    used = {p for names in agg["papers"] for p in str(names).split()}
+    if deg is not None and deg.loc["paper"].notna().any():
+        used |= {e["paper"] for e in entries if e.get("derived") == "rel_degradation_gamma"}
+    used = sorted(used)
+    if used:
+        md += ["## Papers", ""]
+        for paper in used:
+            block = papers.get(paper) or {}
+            md += [f"- **{paper}**: {block.get('source', '')}. Protocol: {block.get('protocol', 'n/a')}."]
+            md += [f"  - {n}" for n in block.get("notes", []) or []]
+        md += [""]
+    md += [f"_Built in {time.time() - started:.1f} s._", ""]
+
+    (out / "report.md").write_text("\n".join(md))
+    agg.to_csv(out / "table.csv", index=False)
+    (out / "table.tex").write_text("\n".join(tex))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ropelab.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("sweep_dir", type=Path, help="a sweep folder, e.g. runs/bifocal_table1")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: SWEEP_DIR/report)")
+    p.add_argument("--smooth", type=int, default=10, help="lock-in: trailing-mean window in steps")
+    p.add_argument("--plateau", type=int, nargs=2, default=(20, 60), metavar=("FROM", "TO"),
+                   help="lock-in: plateau window in steps")
+    p.add_argument("--lockin-frac", type=float, default=0.5, help="lock-in: fraction of the plateau loss")
+    p.add_argument("--dpi", type=int, default=100)
+    p.add_argument("--no-attention", action="store_true", help="skip the attention maps of γ sweeps")
+    p.add_argument("--attn-layer", type=int, default=0, help="layer of the attention maps (-1: last)")
+    args = p.parse_args(argv)
+    rule = LockIn(smooth=args.smooth, plateau=tuple(args.plateau), frac=args.lockin_frac)
+    out = write_report(args.sweep_dir, args.out, rule, args.dpi, not args.no_attention, args.attn_layer)
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
