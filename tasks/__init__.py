@@ -16,6 +16,14 @@ from tasks.base import IGNORE, ConfigError, Task, pack
 
 _MODULES = [
     "bio_rotation",
+    "dyck3",
+    "mod_arith",
+    "indirect_indexing",
+    "assoc_recall",
+    "variable_tracking",
+    "global_counting",
+    "mean_pooling",
+    "code_lm",
 ]
 
 
