@@ -26,3 +26,26 @@ test-all: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# ---- sweeps and reports (README, "Sweeps and reports"). LAUNCHER=joblib runs jobs in parallel on this
+# machine, LAUNCHER=slurm submits them to SLURM; ARGS adds overrides (e.g. ARGS="seed=0 trainer.max_steps=50").
+SWEEP    ?=
+LAUNCHER ?=
+SWEEP_LAUNCHER = $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER))
+
+.PHONY: table1 pope momentum report
+
+table1: $(STAMP)
+	$(PY) train.py -m experiment=bifocal_table1 $(SWEEP_LAUNCHER) $(ARGS)
+
+pope: $(STAMP)
+	$(PY) train.py -m experiment=pope_indirect $(SWEEP_LAUNCHER) $(ARGS)
+	$(PY) train.py -m experiment=pope_indirect pos=alibi pos.heads_fraction=0.5 $(SWEEP_LAUNCHER) $(ARGS)
+
+momentum: $(STAMP)
+	$(PY) train.py -m experiment=momentum_gamma $(SWEEP_LAUNCHER) $(ARGS)
+	$(PY) train.py -m experiment=momentum_freqs $(SWEEP_LAUNCHER) $(ARGS)
+
+report: $(STAMP)
+	@test -n "$(SWEEP)" || { echo "usage: make report SWEEP=runs/<name> [ARGS='--out DIR']" >&2; exit 2; }
+	$(PY) -m ropelab.report $(SWEEP) $(ARGS)

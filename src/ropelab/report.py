@@ -68,7 +68,8 @@ class LockIn:
         a, b = self.plateau
         return (f"smoothed train loss = trailing mean over {self.smooth} steps; plateau = its median over steps "
                 f"{a}–{b}; lock-in step = first step ≥ {a} after which the smoothed loss stays below "
-                f"{self.frac:g} × plateau until the end of the run; \"none\" if it never does.")
+                f"{self.frac:g} × plateau until the end of the run; \"none\" if it never does; \"n/a\" if the run "
+                f"ends before step {b + 1}.")
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Run:
     summary: dict | None
     status: str
     metrics: pd.DataFrame | None = None
+    smoothed: pd.Series | None = None  # smoothed train/loss by step
     lockin: float | None = None  # step; NaN = none; None = undefined
     final: dict[str, float] = field(default_factory=dict)
 
@@ -108,9 +110,12 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: str(node) if isinstance(node, list) else node}
 
 
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader: 10× faster on ~100 configs
+
+
 def _yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.load(path.read_text(), Loader=_Loader)
     except (OSError, yaml.YAMLError):
         return None
 
@@ -168,9 +173,10 @@ def smoothed_train_loss(metrics: pd.DataFrame | None, window: int) -> pd.Series:
     return s.rolling(window, min_periods=1).mean()
 
 
-def lockin_step(metrics: pd.DataFrame | None, rule: LockIn) -> float | None:
-    """Lock-in step (see module doc): a step, NaN for "none", None when the run is too short to say."""
-    s = smoothed_train_loss(metrics, rule.smooth)
+def lockin_step(smoothed: pd.Series, rule: LockIn) -> float | None:
+    """Lock-in step (see module doc) of a smoothed train-loss series indexed by step: a step, NaN for "none",
+    None when the run is too short to say."""
+    s = smoothed
     a, b = rule.plateau
     window = s[(s.index >= a) & (s.index <= b)]
     if window.empty or s.index.max() <= b:
@@ -215,7 +221,8 @@ class Sweep:
         self.root, self.rule = Path(root), rule
         self.runs = [load_run(p, self.root) for p in find_run_dirs(self.root)]
         for run in self.runs:
-            run.lockin = lockin_step(run.metrics, rule)
+            run.smoothed = smoothed_train_loss(run.metrics, rule.smooth)
+            run.lockin = lockin_step(run.smoothed, rule)
         self._fill_partial_configs()
         self.factors = self.detect_factors()
         self.row_key = "task.name"
@@ -263,10 +270,12 @@ class Sweep:
     def value(self, run: Run, key: str) -> str:
         return _key(run.config.get(key))
 
-    def column_label(self, values: dict[str, str]) -> str:
+    def column_label(self, values: dict[str, str], keys: list[str] | None = None) -> str:
         parts = []
-        for k in self.col_keys:
+        for k in self.col_keys if keys is None else keys:
             v = values[k]
+            if v == "∅":  # an option this column's scheme does not have (heads_fraction of alibi for rope)
+                continue
             parts.append(v if k == "pos.name" else f"{SHORT.get(k, k.split('.', 1)[-1])}={v}")
         return " ".join(parts) or "all"
 
@@ -395,26 +404,26 @@ def aggregate(sweep: Sweep, entries: list[dict]) -> pd.DataFrame:
 
 
 def cell_text(row: pd.Series, metric: str, with_paper: bool = True) -> str:
-    n_done, n = int(row["n_completed"]), int(row["n_runs"])
+    """"mean ± SD (n=k)", then "⚠ 1 failed, 1 running" for runs that did not complete, then the paper's value."""
+    n_done = int(row["n_completed"])
     counts = Counter({s: int(row[f"n_{s.replace(' ', '_')}"]) for s in STATUS_ORDER})
     mean, std, k = row[f"{metric}_mean"], row[f"{metric}_std"], int(row[f"{metric}_n"])
+    spread = "" if math.isnan(std) else f" ± {_num(std, metric)}"
     if metric == LOCKIN:
         defined = int(row[f"{LOCKIN}_defined"])
         if not n_done:
             text = "—"
         elif not defined:
-            text = "n/a (run shorter than the plateau window)"
+            text = "n/a"
         elif not k:
             text = f"none (0/{defined})"
         else:
-            text = _num(mean, metric) + ("" if math.isnan(std) else f" ± {_num(std, metric)}") + f" ({k}/{defined})"
+            text = f"{_num(mean, metric)}{spread} ({k}/{defined})"
     else:
-        text = "—" if not k else _num(mean, metric) + ("" if math.isnan(std) else f" ± {_num(std, metric)}")
-        if n_done and k:
-            text += f" (n={k})"
+        text = f"{_num(mean, metric)}{spread} (n={k})" if k else "—"
     note = status_note(counts)
     if note:
-        text += f" ⚠ {n_done}/{n} completed; {note}"
+        text += f" ⚠ {note}"
     paper_mean = row.get(f"paper_{metric}_mean")
     if with_paper and paper_mean is not None and not (isinstance(paper_mean, float) and math.isnan(paper_mean)):
         paper_std = row.get(f"paper_{metric}_std")
@@ -422,6 +431,15 @@ def cell_text(row: pd.Series, metric: str, with_paper: bool = True) -> str:
                                     else f" ± {paper_std:g}")
         text += f" · paper {ptxt}"
     return text
+
+
+def status_pivot(agg: pd.DataFrame, sweep: Sweep) -> pd.DataFrame:
+    table = pd.DataFrame(index=sweep.tasks(), columns=sweep.columns(), dtype=object)
+    for _, row in agg.iterrows():
+        parts = [f"{int(row[f'n_{s.replace(chr(32), chr(95))}'])} {s}" for s in STATUS_ORDER
+                 if int(row[f"n_{s.replace(' ', '_')}"])]
+        table.loc[row["task"], row["column"]] = ", ".join(parts)
+    return table.fillna("no runs")
 
 
 def pivot(agg: pd.DataFrame, sweep: Sweep, metric: str, with_paper: bool = True) -> pd.DataFrame:
@@ -488,7 +506,7 @@ def plot_curves(sweep: Sweep, task: str, out: Path, dpi: int) -> Path | None:
         runs = [r for r in sweep.runs_in(task, column) if r.metrics is not None and "step" in r.metrics]
         if not runs:
             continue
-        train = pd.concat({r.rel: smoothed_train_loss(r.metrics, sweep.rule.smooth) for r in runs}, axis=1)
+        train = pd.concat({r.rel: r.smoothed for r in runs}, axis=1)
         val = pd.concat({r.rel: r.metrics[["step", "val/loss"]].dropna().groupby("step")["val/loss"].last()
                          for r in runs if "val/loss" in r.metrics}, axis=1) if any(
             "val/loss" in r.metrics for r in runs) else pd.DataFrame()
@@ -522,7 +540,7 @@ def plot_curves(sweep: Sweep, task: str, out: Path, dpi: int) -> Path | None:
     axes[1].legend(fontsize=7, loc="upper right")
     fig.text(0.01, 0.01, "line: mean over seeds; band: min–max; dotted: median lock-in step; grey: plateau window",
              fontsize=6, color="grey")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.07, right=0.99, bottom=0.16, top=0.92, wspace=0.06)
     path = out / f"curves_{_safe(task)}.png"
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
@@ -562,16 +580,16 @@ def trace_summary(traces: list[dict[str, np.ndarray]]) -> dict[str, tuple[float,
             kind, first, last = _kind(name), arr[0].astype(float), arr[-1].astype(float)
             if kind == "omega":
                 drift = np.abs(last - first) / np.maximum(np.abs(first), 1e-12)
-                values.setdefault(f"{name}: median |Ω−Ω₀|/Ω₀", []).append(float(np.median(drift)))
-                values.setdefault(f"{name}: max |Ω−Ω₀|/Ω₀", []).append(float(drift.max()))
+                values.setdefault(f"{name} rel. drift, median", []).append(float(np.median(drift)))
+                values.setdefault(f"{name} rel. drift, max", []).append(float(drift.max()))
             elif kind == "amplitude":
-                values.setdefault(f"{name}: mean", []).append(float(last.mean()))
-                values.setdefault(f"{name}: min … max", []).append(float(last.max() - last.min()))
+                values.setdefault(f"{name} mean", []).append(float(last.mean()))
+                values.setdefault(f"{name} max − min", []).append(float(last.max() - last.min()))
             elif kind == "phase":
-                values.setdefault(f"{name}: mean offset (final − init), rad", []).append(float((last - first).mean()))
-                values.setdefault(f"{name}: mean |final|, rad", []).append(float(np.abs(last).mean()))
+                values.setdefault(f"{name} mean offset, rad", []).append(float((last - first).mean()))
+                values.setdefault(f"{name} mean abs, rad", []).append(float(np.abs(last).mean()))
             else:
-                values.setdefault(f"{name}: mean", []).append(float(last.mean()))
+                values.setdefault(f"{name} mean", []).append(float(last.mean()))
     return {k: _mean_std(v)[:2] for k, v in values.items()}
 
 
@@ -591,19 +609,18 @@ def plot_params(sweep: Sweep, task: str, column: str, traced: list[tuple[Run, di
             flat = arr.reshape(len(arr), -1)
             if kind == "omega":
                 drift = np.abs(flat - flat[:1]) / np.maximum(np.abs(flat[:1]), 1e-12)
-                ax.plot(steps, np.median(drift, axis=1), color=color, label=f"seed {seed} median")
-                ax.plot(steps, drift.max(axis=1), color=color, ls="--", lw=0.8, label=f"seed {seed} max")
-                ax.set_yscale("symlog", linthresh=1e-3)
-                ax.set_title(f"{name}: |Ω−Ω₀|/Ω₀ over channels", fontsize=8)
+                ax.plot(steps, np.median(drift, axis=1), color=color, label=f"seed {seed}")
+                ax.plot(steps, drift.max(axis=1), color=color, ls="--", lw=0.8)
+                ax.set_title(f"{name}: |Ω−Ω₀|/Ω₀, median (—) and max (--)", fontsize=8)
                 ax.set_xlabel("step")
             elif kind == "phase":
                 final = arr[-1].reshape(-1, arr.shape[-1]) if arr.ndim > 2 else arr[-1].reshape(1, -1)
                 ax.plot(np.arange(final.shape[-1]), final.mean(axis=0), "o-", ms=2.5, lw=0.9, color=color,
-                        label=f"seed {seed} (mean over heads)")
-                ax.set_title(f"{name} per channel pair at step {int(steps[-1])}", fontsize=8)
+                        label=f"seed {seed}")
+                ax.set_title(f"{name} per pair at step {int(steps[-1])} (mean over heads)", fontsize=8)
                 ax.set_xlabel("pair index")
             else:
-                ax.plot(steps, flat.mean(axis=1), color=color, label=f"seed {seed} mean")
+                ax.plot(steps, flat.mean(axis=1), color=color, label=f"seed {seed}")
                 ax.fill_between(steps, flat.min(axis=1), flat.max(axis=1), color=color, alpha=0.15, lw=0)
                 ax.set_title(f"{name} over training (band: min–max)", fontsize=8)
                 ax.set_xlabel("step")
@@ -614,9 +631,9 @@ def plot_params(sweep: Sweep, task: str, column: str, traced: list[tuple[Run, di
                 text += f"\npaper ≈ {phase_ref:.1e} rad"
             ax.text(0.02, 0.97, text, transform=ax.transAxes, va="top", fontsize=7)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.suptitle(f"{task} · {column}: learned positional parameters", fontsize=9)
-    fig.tight_layout()
+    axes[0][0].legend(fontsize=6, loc="upper left")
+    fig.suptitle(f"{task} · {column}: learned positional parameters (one colour per seed)", fontsize=9)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.15, top=0.84, wspace=0.3)
     path = out / f"params_{_safe(task)}_{_safe(column)}.png"
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
@@ -630,13 +647,15 @@ def plot_attention(sweep: Sweep, task: str, out: Path, dpi: int, layer: int) -> 
     problems: list[str] = []
     others = [k for k in sweep.col_keys if k != GAMMA]
     gammas = _order(sweep.cells.loc[sweep.cells[sweep.row_key] == task, GAMMA])
-    rows = _order(sweep.cells.loc[sweep.cells[sweep.row_key] == task, others].astype(str).agg(" ".join, axis=1)) \
+    here = sweep.cells[sweep.cells[sweep.row_key] == task]
+    rows = list(dict.fromkeys(sweep.column_label(v, others) for v in here[others].to_dict("records"))) \
         if others else [""]
     maps: dict[tuple[str, str], np.ndarray] = {}
     for run in sorted(sweep.runs, key=lambda r: _key(r.config.get("seed"))):
         if sweep.value(run, sweep.row_key) != task or run.status != "completed":
             continue
-        key = (" ".join(sweep.value(run, k) for k in others) if others else "", sweep.value(run, GAMMA))
+        key = (sweep.column_label({k: sweep.value(run, k) for k in others}, others) if others else "",
+               sweep.value(run, GAMMA))
         if key in maps:
             continue
         try:
@@ -661,7 +680,7 @@ def plot_attention(sweep: Sweep, task: str, out: Path, dpi: int, layer: int) -> 
             ax.set_title(f"{r} γ={g}".strip(), fontsize=7)
     layer_name = "last layer" if layer == -1 else f"layer {layer}"
     fig.suptitle(f"{task}: attention, {layer_name}, mean over heads, √weight (query ↓, key →)", fontsize=8)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.86, wspace=0.08, hspace=0.25)
     path = out / f"attention_{_safe(task)}.png"
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
@@ -671,7 +690,7 @@ def plot_attention(sweep: Sweep, task: str, out: Path, dpi: int, layer: int) -> 
 # ----------------------------------------------------------------------------------------------- writing
 
 def md_table(df: pd.DataFrame, index_name: str = "task") -> str:
-    header = [index_name, *map(str, df.columns)]
+    header = [index_name, *(str(c).replace("|", "\\|") for c in df.columns)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for idx, row in df.iterrows():
         lines.append("| " + " | ".join([str(idx), *(str(v).replace("|", "\\|") for v in row)]) + " |")
@@ -703,18 +722,26 @@ def _metric_title(metric: str) -> str:
     return f"final {metric}{unit}"
 
 
+def _steps(run: Run) -> int | None:
+    """Steps trained: from the summary, else (running, interrupted) the last step in metrics.csv."""
+    steps = (run.summary or {}).get("steps")
+    if steps is None and run.metrics is not None and "step" in run.metrics and len(run.metrics):
+        steps = int(run.metrics["step"].max()) + 1
+    return steps
+
+
 def budget_lines(sweep: Sweep) -> list[str]:
     combos = Counter()
     for run in sweep.runs:
-        steps, batch = run.config.get("trainer.max_steps"), run.config.get("data.batch_size")
-        combos[(steps, batch)] += 1
+        combos[(_key(run.config.get("trainer.max_steps")), _key(run.config.get("data.batch_size")))] += 1
     lines = []
     for (steps, batch), n in sorted(combos.items(), key=lambda kv: -kv[1]):
         try:
             examples = f"{int(steps) * int(batch):,}"
         except (TypeError, ValueError):
             examples = "?"
-        lines.append(f"{steps} steps × batch {batch} = {examples} training examples per run ({n} runs)")
+        lines.append(f"{steps} steps × batch {batch} = {examples} training examples per run "
+                     f"({n} run{'s' if n != 1 else ''})")
     return lines
 
 
@@ -751,14 +778,16 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: LockIn | None =
     md += ["- metrics are over completed runs only; a cell with other runs says how many and why (⚠). "
            "`running` = summary.json says running: in progress, or killed without a chance to record it; "
            "`no summary` = the job never reached training.", ""]
+    md += ["### Runs per cell", "", md_table(status_pivot(agg, sweep)), ""]
 
     runs_table = pd.DataFrame([{"run": r.rel, "status": r.status, **{k: sweep.value(r, k) for k in sweep.factors},
-                                "seed": r.config.get("seed"), "steps": (r.summary or {}).get("steps"),
+                                "seed": r.config.get("seed"), "steps": _steps(r),
                                 "wall_seconds": (r.summary or {}).get("wall_seconds"),
                                 **{m: r.final.get(m) for m in METRICS},
                                 LOCKIN: ("n/a" if r.lockin is None else "none" if math.isnan(r.lockin)
                                          else int(r.lockin)),
                                 "error": (r.summary or {}).get("error", "")} for r in sweep.runs])
+    runs_table["steps"] = runs_table["steps"].map(lambda v: "" if pd.isna(v) else int(v)).astype(object)
     runs_table.to_csv(out / "runs.csv", index=False)
     bad = runs_table[runs_table["status"] != "completed"]
     if not bad.empty:
@@ -810,17 +839,17 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: LockIn | None =
                 continue
             param_figs.append(f"![{task} {column} parameters]("
                               f"{plot_params(sweep, task, column, traced, out, dpi, phase_ref).name})")
+            row = {"task": task, "column": column, "runs": len(traced)}
             for name, (mean, std) in trace_summary([t for _, t in traced]).items():
-                param_rows.append({"task": task, "column": column, "quantity": name,
-                                   "final (mean ± SD over runs)": f"{mean:.3g}" + ("" if math.isnan(std)
-                                                                                   else f" ± {std:.2g}"),
-                                   "runs": len(traced)})
+                row[name] = f"{mean:.3g}" + ("" if math.isnan(std) else f" ± {std:.2g}")
+            param_rows.append(row)
     if param_rows:
         md += ["## Learned positional parameters", "",
                "From positional_trace.npz (step 0 and every validation). Ω drift is relative to its initial "
-               "value; Φ offset is final − init, averaged over heads and pairs"
+               "value; Φ offset is final − init, averaged over heads and pairs; values at the last snapshot, "
+               "mean ± SD over runs"
                + (f" (paper: saw-tooth over pairs, mean offset ≈ {phase_ref:g} rad)." if phase_ref else "."), "",
-               md_table(pd.DataFrame(param_rows).set_index("task"), "task"), "", *param_figs, ""]
+               md_table(pd.DataFrame(param_rows).set_index("task").fillna(""), "task"), "", *param_figs, ""]
 
     if attention and GAMMA in sweep.col_keys:
         attn_figs, problems = [], []

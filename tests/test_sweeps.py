@@ -1,0 +1,376 @@
+"""Sweeps that become tables: experiment presets, launchers, the report, W&B offline."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from hydra import compose, initialize_config_dir
+
+from conftest import ROOT, TINY, run_train
+from ropelab import attention_maps, report
+from ropelab.model import LlamaConfig, build_model
+
+CONF = ROOT / "conf"
+PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+TASKS9 = {"dyck3", "bio_rotation", "mod_arith", "indirect_indexing", "assoc_recall", "variable_tracking",
+          "global_counting", "mean_pooling", "code_lm"}
+SCHEMES9 = {"rope", "spectral", "bifocal", "pope", "nope", "alibi", "learned_abs", "sinusoidal", "rope_half"}
+EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call for
+    "bifocal_table1": {"task": {"dyck3", "bio_rotation", "mod_arith"}, "pos": {"rope", "spectral", "bifocal"}},
+    "pope_indirect": {"task": {"indirect_indexing"},
+                      "pos": {"rope", "pope", "rope_half", "alibi", "learned_abs", "sinusoidal"}},
+    "momentum_gamma": {"task": {"assoc_recall", "variable_tracking", "global_counting", "mean_pooling"},
+                       "pos": {"rope"}, "pos.momentum.gamma": {"0", "0.3", "0.5", "0.7", "1.0", "2.0"}},
+    "momentum_freqs": {"task": {"assoc_recall", "variable_tracking", "global_counting", "mean_pooling"},
+                       "pos": {"rope"}, "pos.freqs": {"geometric", "single", "bandpass"},
+                       "pos.momentum.gamma": {"0", "2"}},
+    "rope_base": {"task": {"bio_rotation", "indirect_indexing"}, "pos": {"rope", "spectral"},
+                  "pos.base": {"1000", "5000", "10000", "50000", "100000"}},
+    "cross_table": {"task": TASKS9, "pos": SCHEMES9},
+}
+
+
+def _compose(*overrides, hydra: bool = True):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def _axes(params) -> dict[str, set[str]]:
+    return {k: {v.strip() for v in str(values).split(",")} for k, values in params.items()}
+
+
+# ------------------------------------------------------------------------------------------- presets
+
+def test_every_preset_is_tested():
+    assert set(PRESETS) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_preset_composes_with_its_sweep_and_budget(preset):
+    cfg = _compose(f"experiment={preset}")
+    assert cfg.name == preset
+    axes = _axes(cfg.hydra.sweeper.params)
+    assert axes.pop("seed") == {"0", "1", "2"}
+    assert axes == EXPECTED[preset]
+    assert cfg.trainer.max_steps >= 400 and cfg.model.d_model == 128 and cfg.model.n_heads == 4
+    text = (CONF / "experiment" / f"{preset}.yaml").read_text()
+    assert text.startswith("# @package _global_") and "Budget" in text
+    assert f"{cfg.trainer.max_steps:,} steps × batch {cfg.data.batch_size}" in text
+
+
+def test_preset_task_and_scheme_choices_exist():
+    missing = sorted({f"{group}={choice}" for preset in PRESETS
+                      for group, choices in _axes(_compose(f"experiment={preset}").hydra.sweeper.params).items()
+                      if group in ("task", "pos") for choice in choices
+                      if not (CONF / group / f"{choice}.yaml").is_file()})
+    if missing:
+        pytest.skip(f"not registered yet: {', '.join(missing)}")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_preset_jobs_pass_the_config_check(preset):
+    """Every value of every axis, with the other axes at their first value, composes and passes check_config
+    (which builds the task and the scheme): a preset cannot set a key that some job's scheme refuses."""
+    from ropelab.config import check_config
+
+    axes = {k: [v.strip() for v in str(vals).split(",")]
+            for k, vals in _compose(f"experiment={preset}").hydra.sweeper.params.items()}
+    jobs = {tuple(f"{k}={v if k == key else vals[0]}" for k, vals in axes.items()) for key in axes for v in axes[key]}
+    if preset == "pope_indirect":
+        jobs.add(("task=indirect_indexing", "pos=alibi", "seed=0", "pos.heads_fraction=0.5"))  # `make pope`
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        for job in sorted(jobs):
+            check_config(compose("config", overrides=[f"experiment={preset}", *job]))
+
+
+@pytest.mark.filterwarnings(r"ignore:\s*'hydra/launcher/joblib' is validated")  # conf/ shadows the plugin's, on purpose
+@pytest.mark.parametrize("launcher, target", [
+    (None, "hydra._internal.core_plugins.basic_launcher.BasicLauncher"),
+    ("joblib", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"),
+    ("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
+    ("submitit_slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
+])
+def test_launcher_configs_compose_and_are_selected(launcher, target):
+    cfg = _compose("experiment=bifocal_table1", *([f"hydra/launcher={launcher}"] if launcher else []))
+    assert cfg.hydra.launcher._target_ == target
+    if launcher == "joblib":
+        assert cfg.hydra.launcher.n_jobs == 2
+    if launcher == "slurm":
+        assert cfg.hydra.launcher.cpus_per_task == 8 and cfg.hydra.launcher.timeout_min > 0
+        assert cfg.hydra.launcher.submitit_folder == "runs/bifocal_table1/.submitit/%j"
+    assert cfg.hydra.sweep.dir == "runs/bifocal_table1"
+
+
+JOBLIB_APP = """
+import json, os, sys
+from pathlib import Path
+import hydra
+from hydra.core.hydra_config import HydraConfig
+
+@hydra.main(config_path=sys.argv.pop(1), config_name="config", version_base="1.3")
+def app(cfg):
+    from ropelab.train import _threads  # imported in the worker only
+
+    out = Path(HydraConfig.get().runtime.output_dir) / "threads.json"
+    out.write_text(json.dumps({"threads": _threads(cfg), "pid": os.getpid(),
+                               "n_jobs": HydraConfig.get().launcher.n_jobs}))
+
+if __name__ == "__main__":
+    print("main pid", os.getpid())
+    app()
+"""
+
+
+def test_joblib_jobs_see_hydra_config_and_split_the_cores(tmp_path):
+    """In a joblib worker, HydraConfig is set, so ropelab.train._threads gives each job cores // n_jobs threads."""
+    app = tmp_path / "app.py"
+    app.write_text(JOBLIB_APP)
+    result = subprocess.run([sys.executable, str(app), str(CONF), "-m", "hydra/launcher=joblib", "seed=0,1",
+                             f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    main_pid = int(result.stdout.split("main pid")[1].split()[0])
+    found = [json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").glob("*/threads.json"))]
+    cores = len(os.sched_getaffinity(0))
+    assert len(found) == 2
+    for job in found:
+        assert job["n_jobs"] == 2 and job["pid"] != main_pid
+        assert job["threads"] == max(1, cores // 2)
+
+
+# ------------------------------------------------------------------------------------------- a tiny real sweep
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory) -> Path:
+    """bifocal_table1 cut to bio_rotation × {rope, spectral} × seed 0, 3 tiny steps, W&B offline, basic launcher
+    (so both jobs share one process: each must still get its own, finished W&B run)."""
+    cwd = tmp_path_factory.mktemp("sweep")
+    result = run_train("-m", "experiment=bifocal_table1", "hydra.sweeper.params.task=bio_rotation",
+                       "hydra.sweeper.params.pos='rope,spectral'", "hydra.sweeper.params.seed=0", "logger=wandb",
+                       "trainer.max_steps=3", "trainer.val_every=1", *TINY, cwd=cwd, env={"WANDB_MODE": ""})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return cwd / "runs" / "bifocal_table1"
+
+
+def test_tiny_multirun_lands_in_override_named_folders(tiny_sweep):
+    jobs = sorted(p for p in tiny_sweep.iterdir() if p.is_dir())
+    assert len(jobs) == 2
+    for job, pos in zip(jobs, ("rope", "spectral")):
+        parts = job.name.split(",")
+        assert {f"pos={pos}", "seed=0", "task=bio_rotation"} <= set(parts)  # as the running sweeps name them
+        assert not any(p.startswith(("experiment=", "logger=", "name=", "trainer.threads=")) for p in parts)
+        assert json.loads((job / "summary.json").read_text())["status"] == "completed"
+
+
+def test_report_builds_from_the_tiny_sweep(tiny_sweep, tmp_path):
+    out = report.write_report(tiny_sweep, tmp_path / "report")
+    md = (out / "report.md").read_text()
+    table = pd.read_csv(out / "table.csv")
+    assert list(table["task"]) == ["bio_rotation", "bio_rotation"]
+    assert list(table["column"]) == ["rope", "spectral"]
+    assert (table["n_completed"] == 1).all() and table["val/loss_mean"].notna().all()
+    assert "| bio_rotation |" in md and "final val/loss" in md and "lock-in step" in md
+    assert (out / "table.tex").read_text().count(r"\begin{tabular}") >= 4
+    assert len(pd.read_csv(out / "runs.csv")) == 2
+    assert (out / "curves_bio_rotation.png").stat().st_size > 1000
+    assert (out / "params_bio_rotation_spectral.png").is_file()  # spectral logs Ω, A, Φ; rope has none
+
+
+def test_report_cli_writes_into_the_sweep(tiny_sweep, tmp_path):
+    sweep = tmp_path / "copy"
+    shutil.copytree(tiny_sweep, sweep, ignore=shutil.ignore_patterns("wandb"))
+    result = subprocess.run([sys.executable, "-m", "ropelab.report", str(sweep)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (sweep / "report" / "report.md").is_file() and (sweep / "report" / "table.csv").is_file()
+
+
+def _wandb_records(path: Path) -> list:
+    """Records of a .wandb file (LevelDB log format: 32 KiB blocks, 7-byte chunk headers after a 7-byte magic)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block, pos, buf, out = path.read_bytes(), 32768, 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            out.append(chunk)
+        elif kind == 2:
+            buf = chunk
+        elif kind == 3:
+            buf += chunk
+        elif kind == 4:
+            out.append(buf + chunk)
+    records = []
+    for raw in out:
+        record = pb.Record()
+        record.ParseFromString(raw)
+        records.append(record)
+    return records
+
+
+def test_wandb_offline_one_finished_run_per_job(tiny_sweep):
+    ids = set()
+    for job in sorted(p for p in tiny_sweep.iterdir() if p.is_dir()):
+        offline = list((job / "wandb").glob("offline-run-*"))
+        assert len(offline) == 1, offline
+        records = _wandb_records(next(offline[0].glob("run-*.wandb")))
+        keys = {item.key or "/".join(item.nested_key) for r in records if r.HasField("history")
+                for item in r.history.item}
+        assert {"train/loss", "val/loss", "val/acc", "test/acc", "ood/acc"} <= keys  # test metrics: finished last
+        run = next(r.run for r in records if r.HasField("run"))
+        pos = "spectral" if "pos=spectral" in job.name else "rope"
+        assert run.run_group == "bifocal_table1" and run.display_name == job.name
+        assert {"task=bio_rotation", f"pos={pos}", "seed=0", "gamma=0.0"} <= set(run.tags)
+        assert any(u.key == "pos" for u in run.config.update)  # the resolved config
+        if pos == "spectral":
+            assert any(k.startswith("pos/omega/") for k in keys) and any(k.startswith("pos/phase/") for k in keys)
+        exits = [r.exit.exit_code for r in records if r.HasField("exit")]
+        assert exits == [0]
+        ids.add(run.run_id)
+    assert len(ids) == 2
+
+
+def test_attention_maps_of_a_gamma_sweep(tiny_sweep, tmp_path):
+    """Two copies of the rope job as γ = 0 and γ = 2 (rope has no learned parameters, so the checkpoint loads
+    under either config): the report detects γ as the axis, computes relative degradation, draws the maps."""
+    rope = next(p for p in tiny_sweep.iterdir() if "pos=rope" in p.name)
+    sweep = tmp_path / "momentum"
+    for gamma, acc in ((0, 0.8), (2, 0.6)):
+        job = sweep / f"pos.momentum.gamma={gamma},pos=rope,seed=0,task=bio_rotation"
+        shutil.copytree(rope, job, ignore=shutil.ignore_patterns("wandb"))
+        cfg = yaml.safe_load((job / "config.yaml").read_text())
+        cfg["pos"]["momentum"]["gamma"] = gamma
+        (job / "config.yaml").write_text(yaml.safe_dump(cfg))
+        summary = json.loads((job / "summary.json").read_text())
+        summary["final"]["val/acc"] = acc
+        (job / "summary.json").write_text(json.dumps(summary))
+    out = report.write_report(sweep, tmp_path / "report")
+    md = (out / "report.md").read_text()
+    assert "γ=0" in md and "γ=2" in md
+    assert "Relative degradation" in md and "25.0" in md and "9.8" in md  # ours vs the paper's geometric value
+    assert (out / "attention_bio_rotation.png").stat().st_size > 1000
+    assert "could not draw" not in md
+    weights, tokens = attention_maps.run_attention(sweep / "pos.momentum.gamma=2,pos=rope,seed=0,task=bio_rotation")
+    assert weights.shape[-1] == weights.shape[-2] == len(tokens)
+    assert np.allclose(weights.sum(-1), 1, atol=1e-5) and np.allclose(np.triu(weights, 1), 0)
+
+
+@pytest.mark.parametrize("pos", [{"name": "rope", "momentum": {"gamma": 0.5}},
+                                 {"name": "spectral", "phase_std": 0.3, "momentum": {"gamma": 1.0}}])
+def test_attention_weights_reproduce_the_model(pos):
+    torch.manual_seed(0)
+    model = build_model(LlamaConfig(vocab_size=11, d_model=32, n_layers=2, n_heads=2, mlp_hidden=64, max_len=40),
+                        pos).eval()
+    idx = torch.randint(0, 11, (2, 17))
+    for layer in range(2):
+        rebuilt, own = attention_maps.attention_output(model, idx, layer)
+        torch.testing.assert_close(rebuilt, own, atol=1e-5, rtol=1e-4)
+    w = attention_maps.attention_weights(model, idx)
+    assert w.shape == (2, 2, 2, 17, 17) and torch.allclose(w.sum(-1), torch.ones(()), atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------- synthetic sweeps
+
+def _fake_run(root: Path, pos: str, seed: int, status: str | None, loss: np.ndarray | None = None,
+              final: dict | None = None, task: str = "bio_rotation", **extra) -> Path:
+    run = root / f"pos={pos},seed={seed},task={task}"
+    run.mkdir(parents=True)
+    cfg = {"task": {"name": task, "gap_min": 100}, "pos": {"name": pos, "base": 10000, "momentum": {"gamma": 0.0}},
+           "seed": seed, "name": root.name, "trainer": {"max_steps": 400, "threads": 1}, "data": {"batch_size": 32},
+           **extra}
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    if loss is not None:
+        rows = ["step,train/loss,val/loss,val/acc"] + [
+            f"{t},{v},{v if t % 50 == 49 else ''},{0.5 if t % 50 == 49 else ''}" for t, v in enumerate(loss)]
+        (run / "metrics.csv").write_text("\n".join(rows) + "\n")
+    if status:
+        summary = {"status": status, "task": task, "pos": pos, "seed": seed}
+        if status == "completed":
+            summary["final"] = final or {"val/loss": float(loss[-1]), "val/acc": 0.5, "train/loss": float(loss[-1])}
+        if status == "failed":
+            summary["error"] = "RuntimeError: boom"
+        (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def test_report_marks_failed_running_and_missing_runs(tmp_path):
+    sweep = tmp_path / "synthetic"
+    flat = np.full(400, 1.07)
+    drop = flat.copy()
+    drop[150:] = 0.01  # locks in: the 10-step trailing mean falls below 0.535 at step 155
+    _fake_run(sweep, "rope", 0, "completed", flat)
+    _fake_run(sweep, "rope", 1, "completed", flat + 0.02)
+    _fake_run(sweep, "rope", 2, "failed", flat[:30])
+    _fake_run(sweep, "spectral", 0, "completed", drop)
+    _fake_run(sweep, "spectral", 1, None)                 # started, never wrote a summary
+    _fake_run(sweep, "spectral", 2, "running", drop[:200])
+    job = sweep / "pos=spectral,seed=3,task=bio_rotation"  # Hydra made the folder, run() never started
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("- task=bio_rotation\n- pos=spectral\n- seed=3\n")
+    out = report.write_report(sweep, tmp_path / "report")
+
+    table = pd.read_csv(out / "table.csv").set_index("column")
+    assert table.loc["rope", "n_runs"] == 3 and table.loc["rope", "n_failed"] == 1
+    assert table.loc["rope", "n_completed"] == 2
+    assert table.loc["rope", "val/loss_mean"] == pytest.approx(1.08)
+    assert table.loc["spectral", "n_runs"] == 4 and table.loc["spectral", "n_completed"] == 1
+    assert table.loc["spectral", "n_running"] == 1 and table.loc["spectral", "n_no_summary"] == 2
+    assert table.loc["spectral", "lockin_step_mean"] == 155
+    assert table.loc["rope", "lockin_step_n"] == 0 and table.loc["rope", "lockin_step_defined"] == 2
+    assert table.loc["spectral", "paper_lockin_step_mean"] == 150  # from conf/paper_values.yaml
+
+    md = (out / "report.md").read_text()
+    assert "⚠ 1 failed" in md and "⚠ 1 running, 2 no summary" in md
+    assert "1.080 ± 0.014 (n=2) ⚠ 1 failed · paper 1.07" in md
+    assert "none (0/2)" in md and "155 (1/1)" in md
+    assert "RuntimeError: boom" in md  # the failed run's error is listed
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 7 and set(runs["status"]) == {"completed", "failed", "running", "no summary"}
+
+
+def test_report_detects_the_swept_axes(tmp_path):
+    """Keys that vary within a task × scheme pair are axes (pos.base); scheme options (phase_std) are not."""
+    sweep = tmp_path / "bases"
+    loss = np.full(100, 1.0)
+    for base in (1000, 10000):
+        for pos in ("rope", "spectral"):
+            run = _fake_run(sweep / str(base), pos, 0, "completed", loss, final={"val/acc": base / 1e5})
+            cfg = yaml.safe_load((run / "config.yaml").read_text())
+            cfg["pos"]["base"] = base
+            if pos == "spectral":
+                cfg["pos"]["phase_std"] = 1e-3
+            (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    swept = report.Sweep(sweep, report.LockIn())
+    assert swept.col_keys == ["pos.name", "pos.base"]
+    assert swept.columns() == ["rope base=1000", "rope base=10000", "spectral base=1000", "spectral base=10000"]
+
+
+@pytest.mark.parametrize("loss, expected", [
+    (np.r_[np.full(150, 1.0), np.full(250, 0.1)], 155),
+    (np.full(400, 1.0), math.nan),
+    (np.r_[np.full(150, 1.0), np.full(200, 0.1), np.full(50, 1.0)], math.nan),  # fell, then came back up
+    (np.full(50, 1.0), None),                                                    # ends inside the plateau window
+])
+def test_lockin_step(loss, expected):
+    metrics = pd.DataFrame({"step": np.arange(len(loss)), "train/loss": loss})
+    got = report.lockin_step(report.smoothed_train_loss(metrics, 10), report.LockIn())
+    if expected is None:
+        assert got is None
+    elif math.isnan(expected):
+        assert math.isnan(got)
+    else:
+        assert got == expected
