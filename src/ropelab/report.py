@@ -497,7 +497,9 @@ def _plt():
 
 
 def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name).strip("_")
+    """A plain-ASCII file-name part: γ=0.5 → gamma=0.5, anything else odd → _."""
+    name = name.replace("γ", "gamma")
+    return "".join(c if (c.isascii() and c.isalnum()) or c in "-_.=" else "_" for c in name).strip("_")
 
 
 def plot_curves(sweep: Sweep, task: str, out: Path, dpi: int) -> Path | None:
@@ -642,26 +644,30 @@ def plot_params(sweep: Sweep, task: str, column: str, traced: list[tuple[Run, di
 
 def plot_attention(sweep: Sweep, task: str, out: Path, dpi: int, layer: int) -> tuple[Path | None, list[str]]:
     """γ sweeps: attention (head mean, one layer) on the first validation example, one panel per γ."""
-    from ropelab import attention_maps
-
     problems: list[str] = []
     others = [k for k in sweep.col_keys if k != GAMMA]
     gammas = _order(sweep.cells.loc[sweep.cells[sweep.row_key] == task, GAMMA])
     here = sweep.cells[sweep.cells[sweep.row_key] == task]
     rows = list(dict.fromkeys(sweep.column_label(v, others) for v in here[others].to_dict("records"))) \
         if others else [""]
-    maps: dict[tuple[str, str], np.ndarray] = {}
+    candidates: dict[tuple[str, str], list[Run]] = {}
     for run in sorted(sweep.runs, key=lambda r: _key(r.config.get("seed"))):
-        if sweep.value(run, sweep.row_key) != task or run.status != "completed":
+        if sweep.value(run, sweep.row_key) == task and run.status == "completed":
+            key = (sweep.column_label({k: sweep.value(run, k) for k in others}, others) if others else "",
+                   sweep.value(run, GAMMA))
+            candidates.setdefault(key, []).append(run)
+    maps: dict[tuple[str, str], np.ndarray] = {}
+    for key, runs in candidates.items():
+        runs = [r for r in runs if (r.path / "checkpoints" / "last.ckpt").exists()]
+        if not runs:
+            problems.append(f"{task} {key[0]} γ={key[1]}: no completed run with checkpoints/last.ckpt".replace("  ", " "))
             continue
-        key = (sweep.column_label({k: sweep.value(run, k) for k in others}, others) if others else "",
-               sweep.value(run, GAMMA))
-        if key in maps:
-            continue
+        from ropelab import attention_maps  # torch: only when there is a checkpoint to read
+
         try:
-            weights, _tokens = attention_maps.run_attention(run.path)
-        except Exception as err:  # a missing checkpoint or an unbuildable scheme: say so, keep the report
-            problems.append(f"{run.rel}: {type(err).__name__}: {err}")
+            weights, _tokens = attention_maps.run_attention(runs[0].path)
+        except Exception as err:  # an unbuildable scheme or a stale checkpoint: say so, keep the report
+            problems.append(f"{runs[0].rel}: {type(err).__name__}: {err}")
             continue
         maps[key] = weights[min(layer, len(weights) - 1) if layer >= 0 else layer].mean(axis=0)
     if not maps:
