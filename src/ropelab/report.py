@@ -257,11 +257,14 @@ class Sweep:
         varying = [c for c in keep if table[c].nunique() > 1]
         base = [k for k in ("task.name", "pos.name") if k in table]
         factors = ["task.name"] + (["pos.name"] if "pos.name" in varying else [])
+        present = table.replace("∅", np.nan)
         for c in varying:
             if c in base:
                 continue
-            if base and table.groupby(base)[c].nunique().max() <= 1:
-                continue  # an option of a task or scheme (pos.phase_std, task.gap_min, …), not a sweep axis
+            # an option of a task or scheme (pos.phase_std, task.gap_min, …) is constant within a task × scheme
+            # pair; a key that some runs lack (written by an older version of the code) is not an axis either
+            if base and present.groupby(base)[c].nunique(dropna=True).max() <= 1:
+                continue
             factors.append(c)
         if len(factors) == 1 and "pos.name" in table:  # nothing varies but the seed: label columns by scheme
             factors.append("pos.name")
