@@ -7,6 +7,7 @@ from pathlib import Path
 
 import lightning as L
 import numpy as np
+import torch
 
 from ropelab.runs import atomic_write_bytes
 
@@ -44,11 +45,12 @@ class PositionalTrace(L.Callback):
         if not trainer.sanity_checking and trainer.state.fn == "fit":
             self._record(trainer, pl_module)
 
-    def state_dict(self):
-        return {"steps": list(self.steps), "values": {k: [a.copy() for a in v] for k, v in self.values.items()}}
+    def state_dict(self):  # tensors, not arrays: checkpoints are loaded with torch.load(weights_only=True)
+        return {"steps": list(self.steps), "values": {k: [torch.from_numpy(a) for a in v] for k, v in self.values.items()}}
 
     def load_state_dict(self, state):
-        self.steps, self.values = list(state["steps"]), {k: list(v) for k, v in state["values"].items()}
+        self.steps = list(state["steps"])
+        self.values = {k: [t.numpy() for t in v] for k, v in state["values"].items()}
 
 
 class FlushLoggers(L.Callback):
