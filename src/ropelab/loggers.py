@@ -72,9 +72,9 @@ class RunWandbLogger(WandbLogger):
     * at each validation it also logs histograms of the scheme's learnable parameters (``pos/<name>``, and
       ``pos/<name>_drift`` = Ω/Ω₀ − 1 where the scheme keeps its initial Ω), so their spread, not only the
       ``pos/<name>_mean`` scalar, is visible;
-    * ``finalize`` called by ``ropelab.train.run`` at the end of the job finishes the W&B run (exit code 0 for a
-      completed run, 1 otherwise). Lightning also calls ``finalize`` after each fit / validate / test; those
-      calls are recognised (they come from inside Lightning) and leave the run open for the test metrics.
+    * ``close(status)``, called by ``ropelab.train.run`` at the end of the job, finishes the W&B run (exit code 0
+      for a completed run, 1 otherwise). Lightning's own ``finalize`` after each fit / validate / test leaves the
+      run open, so the test metrics that follow land in the same run.
     """
 
     def __init__(self, save_dir: str, project: str = "ropelab", entity: str | None = None,
@@ -123,25 +123,17 @@ class RunWandbLogger(WandbLogger):
             metrics = {**metrics, **self._histogram_metrics()}
         super().log_metrics(metrics, step)
 
-    def finalize(self, status: str) -> None:
-        import sys
-
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        super().finalize(status)
-        if caller.startswith(("lightning.", "pytorch_lightning.")) or self._finished:
-            return  # Lightning's own end-of-fit/validate/test call: the job may still log test metrics
+    def close(self, status: str) -> None:
+        """End of the job: finish the W&B run so the next Hydra job in this process starts its own."""
+        if self._finished:
+            return
         self._finished = True
         if self._experiment is not None:
-            self._experiment.summary["status"] = "completed" if status == "success" else status
-            self._experiment.finish(exit_code=0 if status == "success" else 1)
+            self._experiment.summary["status"] = status
+            self._experiment.finish(exit_code=0 if status == "completed" else 1)
 
 
 def _wandb_module():
     import wandb
 
     return wandb
-
-
-def wandb_logger(save_dir: str, **kwargs) -> RunWandbLogger:
-    """Hydra target of ``conf/logger/wandb.yaml``; ``ropelab.train`` passes ``save_dir`` = the run folder."""
-    return RunWandbLogger(save_dir=save_dir, **kwargs)

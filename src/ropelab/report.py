@@ -39,6 +39,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ropelab.runs import atomic_write_text
+
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 PAPER_VALUES = CONF_DIR / "paper_values.yaml"
 
@@ -771,9 +773,9 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: LockIn | None =
                      f"`python -m ropelab.report`", ""]
     if not sweep.runs:
         md += ["No run folders found (folders holding summary.json, config.yaml or .hydra/overrides.yaml)."]
-        (out / "report.md").write_text("\n".join(md) + "\n")
-        pd.DataFrame().to_csv(out / "table.csv", index=False)
-        (out / "table.tex").write_text("% no runs\n")
+        atomic_write_text(out / "report.md", "\n".join(md) + "\n")
+        atomic_write_text(out / "table.csv", pd.DataFrame().to_csv(index=False))
+        atomic_write_text(out / "table.tex", "% no runs\n")
         return out
 
     agg = aggregate(sweep, entries)
@@ -797,7 +799,7 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: LockIn | None =
                                          else int(r.lockin)),
                                 "error": (r.summary or {}).get("error", "")} for r in sweep.runs])
     runs_table["steps"] = runs_table["steps"].map(lambda v: "" if pd.isna(v) else int(v)).astype(object)
-    runs_table.to_csv(out / "runs.csv", index=False)
+    atomic_write_text(out / "runs.csv", runs_table.to_csv(index=False))
     bad = runs_table[runs_table["status"] != "completed"]
     if not bad.empty:
         md += ["### Runs that did not complete", "",
@@ -885,9 +887,9 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: LockIn | None =
         md += [""]
     md += [f"_Built in {time.time() - started:.1f} s._", ""]
 
-    (out / "report.md").write_text("\n".join(md))
-    agg.to_csv(out / "table.csv", index=False)
-    (out / "table.tex").write_text("\n".join(tex))
+    atomic_write_text(out / "report.md", "\n".join(md))
+    atomic_write_text(out / "table.csv", agg.to_csv(index=False))
+    atomic_write_text(out / "table.tex", "\n".join(tex))
     return out
 
 

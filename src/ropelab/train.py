@@ -134,7 +134,9 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
         log.exception("run failed")
     summary.update(steps=trainer.global_step, wall_seconds=round(time.time() - start, 2))
     for lg in loggers:
-        lg.finalize(summary["status"] if summary["status"] != "completed" else "success")
+        lg.finalize("success" if summary["status"] == "completed" else summary["status"])
+        if hasattr(lg, "close"):  # W&B: one run per job, finished before the next multirun job starts
+            lg.close(summary["status"])
     runs.write_summary(run_dir, summary)
     return summary
 
