@@ -49,3 +49,15 @@ momentum: $(STAMP)
 report: $(STAMP)
 	@test -n "$(SWEEP)" || { echo "usage: make report SWEEP=runs/<name> [ARGS='--out DIR']" >&2; exit 2; }
 	$(PY) -m ropelab.report $(SWEEP) $(ARGS)
+
+# Training-step benchmark vs Hugging Face's Llama (src/ropelab/bench.py): writes bench/bench.json and bench.md.
+# Installs the optional `hf` extra (transformers) once. ARGS="--quick" for a smoke run, "--levers" for bf16/compile.
+.PHONY: bench
+HF_STAMP := $(VENV)/.installed-hf
+
+$(HF_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[hf]"
+	touch $(HF_STAMP)
+
+bench: $(HF_STAMP)
+	$(PY) -m ropelab.bench $(ARGS)

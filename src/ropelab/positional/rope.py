@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ropelab.positional.base import PositionalScheme
-from ropelab.positional.rotary import cos_sin, inverse_frequencies, rotate
+from ropelab.positional.rotary import cos_sin, inverse_frequencies, rotate_signed, signed_sin
 from tasks.base import require
 
 
@@ -26,10 +26,11 @@ class RoPE(PositionalScheme):
         cos, sin = cos_sin(torch.arange(max_len, dtype=torch.float32)[:, None] * inv_freq)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
+        self.register_buffer("sin_signed", signed_sin(sin), persistent=False)  # for rotate_signed
 
     def prepare(self, seq_len, device):
-        return self.cos[:seq_len], self.sin[:seq_len]
+        return self.cos[:seq_len], self.sin_signed[:seq_len]
 
     def transform_qk(self, q, k, ctx):
-        cos, sin = ctx
-        return rotate(q, cos, sin), rotate(k, cos, sin)
+        cos, sin_signed = ctx
+        return rotate_signed(q, cos, sin_signed), rotate_signed(k, cos, sin_signed)

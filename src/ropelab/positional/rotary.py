@@ -49,3 +49,15 @@ def cos_sin(angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(..., T, D/2) angles → (..., T, D) cos and sin in the rotate_half layout."""
     full = torch.cat((angles, angles), dim=-1)
     return full.cos(), full.sin()
+
+
+def signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """sin in the rotate_half layout with its first half negated, for ``rotate_signed``."""
+    first, second = sin.chunk(2, dim=-1)
+    return torch.cat((-first, second), dim=-1)
+
+
+def rotate_signed(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """``rotate(x, cos, sin)`` bit for bit (negation is exact, so (−x₂)·s = x₂·(−s)), with the sign folded
+    into the table: one ``roll`` instead of chunk + neg + cat per call. ``sin_signed = signed_sin(sin)``."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ropelab.positional.base import PositionalScheme
-from ropelab.positional.rotary import cos_sin, inverse_frequencies, rotate
+from ropelab.positional.rotary import cos_sin, inverse_frequencies, rotate_signed, signed_sin
 from tasks.base import require
 
 SIDES = ("query", "key", "both")
@@ -45,8 +45,10 @@ class SpectralRoPE(PositionalScheme):
 
     def prepare(self, seq_len, device):
         angles = self.positions[:seq_len, None] * self.omega[:, None, :]  # (H, T, D/2)
-        plain = cos_sin(angles)
-        shifted = cos_sin(angles + self.phase[:, None, :])
+        cos, sin = cos_sin(angles)
+        plain = cos, signed_sin(sin)
+        cos, sin = cos_sin(angles + self.phase[:, None, :])
+        shifted = cos, signed_sin(sin)
         amplitude = torch.cat((self.amplitude, self.amplitude), dim=-1)[:, None, :]  # (H, 1, D)
         q_rot = shifted if self.phase_on in ("query", "both") else plain
         k_rot = shifted if self.phase_on in ("key", "both") else plain
@@ -56,5 +58,5 @@ class SpectralRoPE(PositionalScheme):
 
     def transform_qk(self, q, k, ctx):
         (q_cos, q_sin), (k_cos, k_sin), q_amp, k_amp = ctx
-        q, k = rotate(q, q_cos, q_sin), rotate(k, k_cos, k_sin)
+        q, k = rotate_signed(q, q_cos, q_sin), rotate_signed(k, k_cos, k_sin)
         return (q if q_amp is None else q * q_amp), (k if k_amp is None else k * k_amp)
