@@ -17,13 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.base import BOS, IGNORE, PAD, Task, pack, require
-
-
-def _int(value, key: str, low: int, allowed: str | None = None) -> int:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= low, key, value,
-            allowed or f"an integer >= {low}")
-    return value
+from tasks.base import BOS, IGNORE, PAD, Task, pack, require, require_int
 
 
 class AssocRecall(Task):
@@ -32,13 +26,13 @@ class AssocRecall(Task):
 
     def __init__(self, n_keys: int = 64, n_values: int = 64, pairs_min: int = 4, pairs_max: int = 16,
                  n_queries: int = 4):
-        _int(n_keys, "task.n_keys", 1)
-        _int(n_values, "task.n_values", 1)
-        _int(pairs_min, "task.pairs_min", 1)
-        _int(pairs_max, "task.pairs_max", pairs_min, f"an integer >= task.pairs_min ({pairs_min})")
+        require_int(n_keys, "task.n_keys", 1)
+        require_int(n_values, "task.n_values", 1)
+        require_int(pairs_min, "task.pairs_min", 1)
+        require_int(pairs_max, "task.pairs_max", pairs_min, f"an integer >= task.pairs_min ({pairs_min})")
         require(pairs_max <= n_keys, "task.pairs_max", pairs_max,
                 f"at most task.n_keys ({n_keys}): the keys of one example are distinct")
-        _int(n_queries, "task.n_queries", 1)
+        require_int(n_queries, "task.n_queries", 1)
         require(n_queries <= pairs_min, "task.n_queries", n_queries,
                 f"an integer in 1..task.pairs_min ({pairs_min}): queries are distinct keys of the pairs")
         self.n_keys, self.n_values, self.pairs_min, self.pairs_max, self.n_queries = \

@@ -30,6 +30,13 @@ def require(ok: bool, key: str, value, allowed: str) -> None:
         raise ConfigError(f"{key}={value!r} is invalid: {allowed}")
 
 
+def require_int(value, key: str, low: int, allowed: str | None = None) -> int:
+    """An integer (not a bool) >= low, else a one-line ConfigError naming the key."""
+    require(isinstance(value, int) and not isinstance(value, bool) and value >= low, key, value,
+            allowed or f"an integer >= {low}")
+    return value
+
+
 class Task:
     """Base class: subclasses set ``vocab``/``seq_len`` in ``__init__`` and implement ``sample_grouped``."""
 

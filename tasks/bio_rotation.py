@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require
+from tasks.base import BOS, PAD, Task, pack, require, require_int
 
 BASES = "ACGT"
 COMPLEMENT = np.array([3, 2, 1, 0])  # A<->T, C<->G as indices into BASES
@@ -27,12 +27,11 @@ class BioRotation(Task):
 
     def __init__(self, motif_len: int = 8, gap_min: int = 100, gap_max: int = 200, noise: str = "lower",
                  group_bin: int = 25):
-        require(isinstance(motif_len, int) and motif_len >= 1, "task.motif_len", motif_len, "an integer >= 1")
-        require(isinstance(gap_min, int) and gap_min >= 0, "task.gap_min", gap_min, "an integer >= 0")
-        require(isinstance(gap_max, int) and gap_max >= gap_min, "task.gap_max", gap_max,
-                f"an integer >= task.gap_min ({gap_min})")
+        require_int(motif_len, "task.motif_len", 1)
+        require_int(gap_min, "task.gap_min", 0)
+        require_int(gap_max, "task.gap_max", gap_min, f"an integer >= task.gap_min ({gap_min})")
         require(noise in ("lower", "same"), "task.noise", noise, "one of lower, same")
-        require(isinstance(group_bin, int) and group_bin >= 1, "task.group_bin", group_bin, "an integer >= 1")
+        require_int(group_bin, "task.group_bin", 1)
         self.motif_len, self.gap_min, self.gap_max, self.noise, self.group_bin = motif_len, gap_min, gap_max, noise, group_bin
         self.vocab = [PAD, BOS, *BASES, *BASES.lower(), ">"]
         self.seq_len = 1 + 2 * motif_len + gap_max + 1  # inputs drop the last answer token

@@ -27,18 +27,12 @@ import os
 
 import numpy as np
 
-from tasks.base import PAD, Task, require
+from tasks.base import PAD, Task, require, require_int
 
 UNK = "<unk>"
 CHARS = ["\n", "\t", *(chr(c) for c in range(32, 127))]
 SPLIT_OF = {"train": "train", "val": "val", "test": "test", "ood": "test"}
 _CORPORA: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # (root, split, %) -> (text, starts, lengths)
-
-
-def _int(value, key: str, low: int, allowed: str | None = None) -> int:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= low, key, value,
-            allowed or f"an integer >= {low}")
-    return value
 
 
 def torch_source_dir() -> str | None:
@@ -75,9 +69,9 @@ class CodeLM(Task):
     group_name = "window"
 
     def __init__(self, window: int = 128, val_percent: int = 5, test_percent: int = 5, root: str | None = None):
-        _int(window, "task.window", 1)
-        _int(val_percent, "task.val_percent", 1, "an integer in 1..98")
-        _int(test_percent, "task.test_percent", 1, f"an integer >= 1 with task.val_percent + test_percent <= 99")
+        require_int(window, "task.window", 1)
+        require_int(val_percent, "task.val_percent", 1, "an integer in 1..98")
+        require_int(test_percent, "task.test_percent", 1, f"an integer >= 1 with task.val_percent + test_percent <= 99")
         require(val_percent + test_percent <= 99, "task.test_percent", test_percent,
                 f"an integer >= 1 with task.val_percent ({val_percent}) + test_percent <= 99")
         if root is None:

@@ -18,15 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require
+from tasks.base import BOS, PAD, Task, pack, require, require_int
 
 OPEN, CLOSE = "([{", ")]}"
-
-
-def _int(value, key: str, low: int, allowed: str | None = None) -> int:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= low, key, value,
-            allowed or f"an integer >= {low}")
-    return value
 
 
 class Dyck3(Task):
@@ -34,10 +28,10 @@ class Dyck3(Task):
     group_name = "depth"
 
     def __init__(self, depth_min: int = 1, depth_max: int = 8, len_min: int = 8, len_max: int = 48):
-        _int(depth_min, "task.depth_min", 1)
-        _int(depth_max, "task.depth_max", depth_min, f"an integer >= task.depth_min ({depth_min})")
-        _int(len_min, "task.len_min", 1)
-        _int(len_max, "task.len_max", max(len_min + 1, depth_max),
+        require_int(depth_min, "task.depth_min", 1)
+        require_int(depth_max, "task.depth_max", depth_min, f"an integer >= task.depth_min ({depth_min})")
+        require_int(len_min, "task.len_min", 1)
+        require_int(len_max, "task.len_max", max(len_min + 1, depth_max),
              f"an integer > task.len_min ({len_min}) and >= task.depth_max ({depth_max}), at most 1000")
         require(len_max <= 1000, "task.len_max", len_max, "at most 1000")
         self.depth_min, self.depth_max, self.len_min, self.len_max = depth_min, depth_max, len_min, len_max

@@ -21,13 +21,7 @@ import string
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require
-
-
-def _int(value, key: str, low: int, allowed: str | None = None) -> int:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= low, key, value,
-            allowed or f"an integer >= {low}")
-    return value
+from tasks.base import BOS, PAD, Task, pack, require, require_int
 
 
 class GlobalCounting(Task):
@@ -36,13 +30,13 @@ class GlobalCounting(Task):
 
     def __init__(self, len_min: int = 16, len_max: int = 64, n_symbols: int = 4, max_count: int = 128,
                  group_bin: int = 8):
-        _int(len_min, "task.len_min", 1)
-        _int(len_max, "task.len_max", len_min, f"an integer >= task.len_min ({len_min})")
-        _int(n_symbols, "task.n_symbols", 1, "an integer in 1..26")
+        require_int(len_min, "task.len_min", 1)
+        require_int(len_max, "task.len_max", len_min, f"an integer >= task.len_min ({len_min})")
+        require_int(n_symbols, "task.n_symbols", 1, "an integer in 1..26")
         require(n_symbols <= 26, "task.n_symbols", n_symbols, "an integer in 1..26")
-        _int(max_count, "task.max_count", len_max,
+        require_int(max_count, "task.max_count", len_max,
              f"an integer >= task.len_max ({len_max}): every count needs a token (raise max_count to cover OOD)")
-        _int(group_bin, "task.group_bin", 1)
+        require_int(group_bin, "task.group_bin", 1)
         self.len_min, self.len_max, self.n_symbols, self.max_count, self.group_bin = \
             len_min, len_max, n_symbols, max_count, group_bin
         self.vocab = [PAD, BOS, "?", "=", *string.ascii_lowercase[:n_symbols], *(f"#{c}" for c in range(max_count + 1))]

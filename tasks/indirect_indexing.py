@@ -21,15 +21,9 @@ import string
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require
+from tasks.base import BOS, PAD, Task, pack, require, require_int
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
-
-
-def _int(value, key: str, low: int, allowed: str | None = None) -> int:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= low, key, value,
-            allowed or f"an integer >= {low}")
-    return value
 
 
 class IndirectIndexing(Task):
@@ -37,12 +31,12 @@ class IndirectIndexing(Task):
     group_name = "length"
 
     def __init__(self, len_min: int = 20, len_max: int = 40, shift_max: int = 15, group_bin: int = 5):
-        _int(shift_max, "task.shift_max", 0)
-        _int(len_min, "task.len_min", shift_max + 1, f"an integer > task.shift_max ({shift_max})")
-        _int(len_max, "task.len_max", len_min, f"an integer in task.len_min ({len_min})..{len(LETTERS)}")
+        require_int(shift_max, "task.shift_max", 0)
+        require_int(len_min, "task.len_min", shift_max + 1, f"an integer > task.shift_max ({shift_max})")
+        require_int(len_max, "task.len_max", len_min, f"an integer in task.len_min ({len_min})..{len(LETTERS)}")
         require(len_max <= len(LETTERS), "task.len_max", len_max,
                 f"an integer in task.len_min ({len_min})..{len(LETTERS)}")
-        _int(group_bin, "task.group_bin", 1)
+        require_int(group_bin, "task.group_bin", 1)
         self.len_min, self.len_max, self.shift_max, self.group_bin = len_min, len_max, shift_max, group_bin
         self.vocab = [PAD, BOS, ",", *LETTERS, *(str(s) for s in range(-shift_max, shift_max + 1))]
         self.seq_len = 1 + len_max + 6 - 1  # ", src , shift , answer"; inputs drop the answer token

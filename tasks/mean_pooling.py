@@ -20,13 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require
-
-
-def _int(value, key: str, low: int, allowed: str | None = None) -> int:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= low, key, value,
-            allowed or f"an integer >= {low}")
-    return value
+from tasks.base import BOS, PAD, Task, pack, require, require_int
 
 
 def rounded_mean(values: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -40,11 +34,11 @@ class MeanPooling(Task):
 
     def __init__(self, len_min: int = 8, len_max: int = 64, n_values: int = 10, dist: str = "mixed",
                  group_bin: int = 8):
-        _int(len_min, "task.len_min", 1)
-        _int(len_max, "task.len_max", len_min, f"an integer >= task.len_min ({len_min})")
-        _int(n_values, "task.n_values", 2)
+        require_int(len_min, "task.len_min", 1)
+        require_int(len_max, "task.len_max", len_min, f"an integer >= task.len_min ({len_min})")
+        require_int(n_values, "task.n_values", 2)
         require(dist in ("mixed", "uniform"), "task.dist", dist, "one of mixed, uniform")
-        _int(group_bin, "task.group_bin", 1)
+        require_int(group_bin, "task.group_bin", 1)
         self.len_min, self.len_max, self.n_values = len_min, len_max, n_values
         self.dist, self.group_bin = dist, group_bin
         self.vocab = [PAD, BOS, "=", *(str(v) for v in range(n_values))]

@@ -16,13 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require
-
-
-def _int(value, key: str, low: int, allowed: str | None = None) -> int:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= low, key, value,
-            allowed or f"an integer >= {low}")
-    return value
+from tasks.base import BOS, PAD, Task, pack, require, require_int
 
 
 class ModArith(Task):
@@ -31,12 +25,12 @@ class ModArith(Task):
 
     def __init__(self, modulus: int = 7, terms_min: int = 3, terms_max: int = 3, operand_min: int = 0,
                  operand_max: int = 6):
-        _int(modulus, "task.modulus", 2)
+        require_int(modulus, "task.modulus", 2)
         require(modulus <= 1000, "task.modulus", modulus, "an integer in 2..1000")
-        _int(terms_min, "task.terms_min", 1)
-        _int(terms_max, "task.terms_max", terms_min, f"an integer >= task.terms_min ({terms_min})")
-        _int(operand_min, "task.operand_min", 0)
-        _int(operand_max, "task.operand_max", operand_min, f"an integer >= task.operand_min ({operand_min})")
+        require_int(terms_min, "task.terms_min", 1)
+        require_int(terms_max, "task.terms_max", terms_min, f"an integer >= task.terms_min ({terms_min})")
+        require_int(operand_min, "task.operand_min", 0)
+        require_int(operand_max, "task.operand_max", operand_min, f"an integer >= task.operand_min ({operand_min})")
         require(operand_max <= 1000, "task.operand_max", operand_max, "at most 1000")
         self.modulus, self.terms_min, self.terms_max = modulus, terms_min, terms_max
         self.operand_min, self.operand_max = operand_min, operand_max

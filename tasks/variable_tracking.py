@@ -20,15 +20,9 @@ import string
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require
+from tasks.base import BOS, PAD, Task, pack, require, require_int
 
 NAMES = string.ascii_lowercase + string.ascii_uppercase
-
-
-def _int(value, key: str, low: int, allowed: str | None = None) -> int:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= low, key, value,
-            allowed or f"an integer >= {low}")
-    return value
 
 
 class VariableTracking(Task):
@@ -37,12 +31,12 @@ class VariableTracking(Task):
 
     def __init__(self, chain_min: int = 1, chain_max: int = 4, n_distractors: int = 3, n_vars: int = 52,
                  n_values: int = 10):
-        _int(chain_min, "task.chain_min", 1)
-        _int(chain_max, "task.chain_max", chain_min, f"an integer >= task.chain_min ({chain_min})")
-        _int(n_distractors, "task.n_distractors", 0)
-        _int(n_vars, "task.n_vars", 1, f"an integer in 1..{len(NAMES)}")
+        require_int(chain_min, "task.chain_min", 1)
+        require_int(chain_max, "task.chain_max", chain_min, f"an integer >= task.chain_min ({chain_min})")
+        require_int(n_distractors, "task.n_distractors", 0)
+        require_int(n_vars, "task.n_vars", 1, f"an integer in 1..{len(NAMES)}")
         require(n_vars <= len(NAMES), "task.n_vars", n_vars, f"an integer in 1..{len(NAMES)}")
-        _int(n_values, "task.n_values", 1)
+        require_int(n_values, "task.n_values", 1)
         chains = 1 + n_distractors
         require(chains * chain_max <= n_vars, "task.chain_max", chain_max,
                 f"(1 + task.n_distractors) * chain_max <= task.n_vars ({n_vars}): every variable is assigned once")
