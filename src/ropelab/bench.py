@@ -10,9 +10,11 @@ at 1.0 (as ``trainer.gradient_clip_val``), AdamW step, zero_grad. Our model gets
 (random init, no download, ``attn_implementation="sdpa"``, same parameter count), gets AdamW with the same
 hyper-parameters and the same decay / no-decay split.
 
-Every configuration is built and warmed up first; then the timed rounds go round-robin over all of them,
-so a drift in machine load hits all configurations alike. Per configuration the median step time over the
-rounds is reported; only ratios measured within one run are meaningful (the JSON records the load average).
+Every configuration is built and warmed up first; then the timed rounds go round-robin over all of them
+(each round starting one configuration later), so a drift in machine load hits all configurations alike.
+Per configuration: the median and best step time over the rounds; speed ratios are taken per round and
+then the median over rounds, from wall clock and from process CPU time (which a busy machine inflates less).
+Only ratios measured within one run are meaningful; the JSON records the load average before and after.
 
 FLOPs per step: 6 · (non-embedding parameters) · tokens + attention, 6 · layers · B · H · T² · (w_qk + w_v)
 (QKᵀ and AV, forward and backward, causal half not subtracted). The matmul peak is measured in the same run
@@ -252,8 +254,10 @@ def generator_rates(batch_size: int, min_seconds: float) -> dict[str, dict[str, 
 
 
 def default_run(max_steps: int, threads: int | None, timeout: int = 900) -> dict[str, Any]:
-    """``python train.py`` (default config, ``max_steps`` steps) in a temporary folder: wall time and peak RSS
-    (the child's own ``ru_maxrss`` from ``wait4``)."""
+    """``python train.py`` (default config, ``max_steps`` steps) in a temporary folder: wall time and peak RSS.
+
+    The peak is the child's ``VmHWM`` (/proc/<pid>/status), polled until it exits: not ``ru_maxrss``, which
+    Linux carries over from the parent's address space at fork/exec (it would report this bench's own RSS)."""
     overrides = [f"trainer.max_steps={max_steps}"] + ([f"trainer.threads={threads}"] if threads else [])
     with tempfile.TemporaryDirectory(prefix="ropelab-bench-") as tmp:
         run_dir = Path(tmp) / "run"
@@ -262,21 +266,24 @@ def default_run(max_steps: int, threads: int | None, timeout: int = 900) -> dict
             start = time.perf_counter()
             proc = subprocess.Popen(cmd, cwd=tmp, stdout=out, stderr=subprocess.STDOUT,
                                     env={**os.environ, "WANDB_MODE": "offline"})
-            deadline = start + timeout
-            while True:
-                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-                if pid:
-                    break
+            deadline, peak_kib = start + timeout, 0
+            status_file = Path(f"/proc/{proc.pid}/status")
+            while proc.poll() is None:
+                try:
+                    for line in status_file.read_text().splitlines():
+                        if line.startswith("VmHWM:"):
+                            peak_kib = max(peak_kib, int(line.split()[1]))
+                except (OSError, ValueError):
+                    pass
                 if time.perf_counter() > deadline:
                     proc.kill()
-                    pid, status, usage = os.wait4(proc.pid, 0)
+                    proc.wait()
                     break
                 time.sleep(0.05)
-            proc.returncode = os.waitstatus_to_exitcode(status)
             wall = time.perf_counter() - start
         result: dict[str, Any] = {"command": "python train.py " + " ".join(overrides), "max_steps": max_steps,
                                   "returncode": proc.returncode, "wall_s": round(wall, 2),
-                                  "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+                                  "peak_rss_mib": round(peak_kib / 1024, 1) if peak_kib else None}
         try:
             summary = json.loads((run_dir / "summary.json").read_text())
             result.update(status=summary.get("status"), fit_test_s=summary.get("wall_seconds"))
@@ -349,7 +356,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     slow = {b.label for b in configs if "bf16" in b.label}  # software bf16 here: one step per round is plenty
     for r in range(args.rounds):
         say(f"round {r + 1}/{args.rounds} (load {load_avg()}) ...")
-        for bench in configs:
+        for bench in configs[r % len(configs):] + configs[: r % len(configs)]:
             steps = 1 if bench.label in slow else args.steps
             t, c = time.perf_counter(), time.process_time()
             for _ in range(steps):
@@ -360,20 +367,27 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     peak = result["matmul"]["fp32"]["peak_gflops"]
     rows: dict[str, dict[str, Any]] = {}
     for bench in configs:
-        step_s = statistics.median(bench.times)
-        gflops = bench.flops / step_s / 1e9
-        rows[bench.label] = {"step_s": round(step_s, 4), "step_s_all": [round(t, 4) for t in bench.times],
+        step_s, best_s = statistics.median(bench.times), min(bench.times)
+        gflops = bench.flops / best_s / 1e9  # best round against the fastest matmul: like against like
+        rows[bench.label] = {"step_s": round(step_s, 4), "best_step_s": round(best_s, 4),
+                             "step_s_all": [round(t, 4) for t in bench.times],
                              "cpu_s": round(statistics.median(bench.cpu_times), 4),
                              "tokens_per_s": round(tokens / step_s, 1), "gflop_per_step": round(bench.flops / 1e9, 2),
-                             "gflops": round(gflops, 2), "fraction_of_fp32_peak": round(gflops / peak, 3),
+                             "gflops_best": round(gflops, 2), "fraction_of_fp32_peak": round(gflops / peak, 3),
                              "params": bench.params, "warmup_s": [round(t, 2) for t in bench.warmup_times]}
         if bench.note:
             rows[bench.label]["note"] = bench.note
+    # speed ratios: per round (the configurations of one round ran back to back, under the same load), then the
+    # median over rounds; "_cpu" is the same from process CPU time, which a busy machine inflates less
+    by_label = {b.label: b for b in configs}
     for baseline, key in (("hf", "vs_hf_fp32"), ("rope", "vs_rope")):
-        if baseline in rows:
-            for row in rows.values():
-                row[key] = round(row["tokens_per_s"] / rows[baseline]["tokens_per_s"], 3)
-                row[key + "_cpu"] = round(rows[baseline]["cpu_s"] / row["cpu_s"], 3)
+        if baseline in by_label:
+            base = by_label[baseline]
+            for bench in configs:
+                rows[bench.label][key] = round(statistics.median(
+                    [b / t for b, t in zip(base.times, bench.times)]), 3)
+                rows[bench.label][key + "_cpu"] = round(statistics.median(
+                    [b / t for b, t in zip(base.cpu_times, bench.cpu_times)]), 3)
     result["steps"] = rows
 
     # 4. generators vs what training consumes (rope's tokens/s at each task's sequence length)
@@ -404,14 +418,21 @@ def markdown(result: dict[str, Any]) -> str:
              f"d_model {s['d_model']}, {s['n_layers']} layers, {s['n_heads']} heads, MLP {s['mlp_hidden']}, "
              f"seq {s['seq_len']}, batch {s['batch_size']}; full AdamW training step, median of "
              f"{result['args']['rounds']} interleaved rounds", "",
-             "| config | step (s) | tokens/s | vs HF fp32 | vs rope | GFLOP/s | of fp32 matmul peak |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| config | step median (s) | best (s) | tokens/s | vs HF fp32 (CPU time) | vs rope (CPU time) "
+             "| GFLOP/s (best) | of fp32 matmul peak |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def ratio(row, key):
+        return f"{row[key]:.2f} ({row[key + '_cpu']:.2f})" if key in row else "–"
+
     for label, row in result["steps"].items():
-        lines.append(f"| {label} | {row['step_s']:.3f} | {row['tokens_per_s']:,.0f} | {row.get('vs_hf_fp32', '–')} | "
-                     f"{row.get('vs_rope', '–')} | {row['gflops']:.1f} | {100 * row['fraction_of_fp32_peak']:.0f} % |")
+        lines.append(f"| {label} | {row['step_s']:.3f} | {row['best_step_s']:.3f} | {row['tokens_per_s']:,.0f} | "
+                     f"{ratio(row, 'vs_hf_fp32')} | {ratio(row, 'vs_rope')} | {row['gflops_best']:.1f} | "
+                     f"{100 * row['fraction_of_fp32_peak']:.0f} % |")
+    lines += ["", "Ratios > 1 are faster: the median over rounds of the per-round ratio of step times (wall clock; "
+              "process CPU time in brackets)."]
     mm = result["matmul"]
-    lines.append("")
-    lines.append("Matmul at the model's shapes: " + "; ".join(
+    lines.append("Matmul at the model's shapes (fastest call): " + "; ".join(
         f"{k} peak {v['peak_gflops']:.1f} GFLOP/s (mix {v['mix_gflops']:.1f})" for k, v in mm.items()))
     if result["skipped"]:
         lines.append("Skipped: " + "; ".join(f"{k} ({v})" for k, v in result["skipped"].items()))
@@ -434,7 +455,7 @@ def markdown(result: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m ropelab.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny config, 1 round, 1 step, no default run (a smoke test)")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved timed rounds (default 5; quick 1)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved timed rounds (default 7; quick 1)")
     p.add_argument("--steps", type=int, default=None, help="steps per config per round (default 1)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps per config first (default 2; quick 1)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores, as training)")
@@ -449,7 +470,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument(f"--{key.replace('_', '-')}", type=int, default=None, dest=key)
     args = p.parse_args(argv)
     quick = args.quick
-    args.rounds = args.rounds or (1 if quick else 5)
+    args.rounds = args.rounds or (1 if quick else 7)
     args.steps = args.steps or 1
     args.warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
     args.run_steps = args.run_steps if args.run_steps is not None else (0 if quick else 20)

@@ -60,8 +60,11 @@ class Attention(nn.Module):
     def forward(self, x, scheme: PositionalScheme, ctx, mask):
         B, T, C = x.shape
         # split (not unbind) the fused projection: its backward is one cat straight into the (B, T, 3C) grad
-        q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).split(C, dim=-1))
+        qkv = self.qkv(x)
+        q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in qkv.split(C, dim=-1))
         q, k = scheme.qk(q, k, ctx)
+        if _frees_projection(qkv, q, scheme):  # SDPA saves v: a copy of it lets the (B, T, 3C) projection go
+            v = v.contiguous()
         if self.qk_width != self.head_dim:  # SDPA's fast CPU kernels want v as wide as q and k
             v = F.pad(v, (0, self.qk_width - self.head_dim))
         scale = 1.0 / math.sqrt(self.head_dim)
@@ -73,6 +76,17 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale)
         y = y[..., : self.head_dim].transpose(1, 2).reshape(B, T, C)
         return self.out(y)
+
+
+def _frees_projection(qkv: torch.Tensor, q: torch.Tensor, scheme: PositionalScheme) -> bool:
+    """True when nothing but v would keep the fused projection alive for backward: the scheme made new q and k
+    and, having no learnable parameters, saved none of the originals (rope, rope_half: −2C floats per token and
+    layer of activation memory). Learnable rotations save q for their own gradients, and nope/alibi pass q, k
+    through as views, so a copy of v would only add memory there."""
+    if torch.compiler.is_compiling() or not torch.is_grad_enabled():
+        return False
+    return (q.untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr()
+            and not any(p.requires_grad for p in scheme.parameters()))
 
 
 class MLP(nn.Module):
