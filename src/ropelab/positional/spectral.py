@@ -52,11 +52,14 @@ class SpectralRoPE(PositionalScheme):
         amplitude = torch.cat((self.amplitude, self.amplitude), dim=-1)[:, None, :]  # (H, 1, D)
         q_rot = shifted if self.phase_on in ("query", "both") else plain
         k_rot = shifted if self.phase_on in ("key", "both") else plain
-        q_amp = amplitude if self.amplitude_on in ("query", "both") else None
-        k_amp = amplitude if self.amplitude_on in ("key", "both") else None
-        return q_rot, k_rot, q_amp, k_amp
+        # A folded into the (H, T, D) tables: A ⊙ (x·cos + x̃·sin) = x·(A cos) + x̃·(A sin) up to float rounding
+        # (exact for A = 1), without a full-size multiply per q and k and its backward
+        if self.amplitude_on in ("query", "both"):
+            q_rot = tuple(t * amplitude for t in q_rot)
+        if self.amplitude_on in ("key", "both"):
+            k_rot = tuple(t * amplitude for t in k_rot)
+        return q_rot, k_rot
 
     def transform_qk(self, q, k, ctx):
-        (q_cos, q_sin), (k_cos, k_sin), q_amp, k_amp = ctx
-        q, k = rotate_signed(q, q_cos, q_sin), rotate_signed(k, k_cos, k_sin)
-        return (q if q_amp is None else q * q_amp), (k if k_amp is None else k * k_amp)
+        (q_cos, q_sin), (k_cos, k_sin) = ctx
+        return rotate_signed(q, q_cos, q_sin), rotate_signed(k, k_cos, k_sin)
