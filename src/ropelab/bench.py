@@ -185,7 +185,12 @@ def build_ours(label: str, pos: dict, shape: dict, compile_model: bool = False, 
     return Bench(label, model, optimizer, forward, flops, model.num_parameters(), autocast=autocast)
 
 
+HF_DIR = ROOT / ".venv" / "hf"  # where `make bench` installs the hf extra, outside the training venv
+
+
 def hf_available() -> bool:
+    if HF_DIR.is_dir() and str(HF_DIR) not in sys.path:
+        sys.path.append(str(HF_DIR))  # appended: the venv's own numpy, torch, … still come first
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -333,7 +338,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     if args.no_hf:
         result["skipped"]["hf"] = "--no-hf"
     elif not hf_available():
-        result["skipped"]["hf"] = "transformers is not installed (pip install -e '.[hf]', or make bench)"
+        result["skipped"]["hf"] = "transformers is not installed (make bench installs it in .venv/hf)"
     else:
         configs.append(build_hf("hf", shape))
     if args.levers and "rope" in registered:
