@@ -18,6 +18,8 @@ from typing import Any
 RUNS_ROOT = Path(os.environ.get("ROPELAB_RUNS", "runs"))
 SUMMARY = "summary.json"
 STATUSES = ("running", "completed", "failed", "diverged", "interrupted")
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def single_run_dir(task: str, pos: str, seed: Any, resume: Any = None) -> str:
@@ -37,6 +39,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; the file should read like any other the user writes
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
