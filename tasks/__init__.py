@@ -10,9 +10,8 @@ list the module in ``_MODULES`` and add ``conf/task/<name>.yaml``.
 
 from __future__ import annotations
 
-import importlib
 
-from tasks.base import IGNORE, ConfigError, Task, pack
+from tasks.base import IGNORE, ConfigError, Task, discover, pack
 
 _MODULES = [
     "bio_rotation",
@@ -28,13 +27,7 @@ _MODULES = [
 
 
 def registry() -> dict[str, type[Task]]:
-    found: dict[str, type[Task]] = {}
-    for module_name in _MODULES:
-        module = importlib.import_module(f"tasks.{module_name}")
-        for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, Task) and obj is not Task and obj.name == module_name:
-                found[obj.name] = obj
-    return found
+    return discover("tasks", _MODULES, Task)
 
 
 def names() -> list[str]:

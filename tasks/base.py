@@ -37,6 +37,19 @@ def require_int(value, key: str, low: int, allowed: str | None = None) -> int:
     return value
 
 
+def discover(package: str, module_names: list[str], base: type) -> dict[str, type]:
+    """{name: class} for the ``base`` subclass whose ``name`` equals its module's name, in each listed module."""
+    import importlib
+
+    found: dict[str, type] = {}
+    for module_name in module_names:
+        module = importlib.import_module(f"{package}.{module_name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, base) and obj is not base and obj.name == module_name:
+                found[obj.name] = obj
+    return found
+
+
 class Task:
     """Base class: subclasses set ``vocab``/``seq_len`` in ``__init__`` and implement ``sample_grouped``."""
 

@@ -14,11 +14,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import tasks
 from conftest import ROOT, TINY, run_train
 from ropelab import runs
 from ropelab.config import check_config
-from ropelab.data import SPLITS, TaskDataModule, split_seed
+from ropelab.data import SPLITS, TaskDataModule, draw, split_seed
 from tasks.base import ConfigError
 
 CONF = str(ROOT / "conf")
@@ -183,8 +182,7 @@ def test_splits_never_share_a_generator_seed():
     dm = TaskDataModule({"name": "bio_rotation", "gap_min": 5, "gap_max": 9}, seed=0, val_size=16, test_size=16,
                         ood_size=16, eval_batch_size=16)
     val = dm.fixed_set("val").tensors[0].numpy()
-    task = tasks.build("bio_rotation", gap_min=5, gap_max=9)
-    train = task.sample(np.random.default_rng(np.random.SeedSequence(split_seed(0, "train", 0))), 16)[0]
+    train = draw(dm.task, 0, "train", 16)[0]
     assert not np.array_equal(train, val[:16])
 
 

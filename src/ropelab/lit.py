@@ -64,10 +64,9 @@ class AnswerMetrics:
 
 
 class LitLM(L.LightningModule):
-    def __init__(self, model: Llama, optim: Mapping[str, Any], max_steps: int, group_name: str = "length",
-                 diverge_grad_norm: float | None = None):
+    def __init__(self, model: Llama, optim: Mapping[str, Any], max_steps: int, diverge_grad_norm: float | None = None):
         super().__init__()
-        self.model, self.optim, self.max_steps, self.group_name = model, dict(optim), max_steps, group_name
+        self.model, self.optim, self.max_steps = model, dict(optim), max_steps
         self.diverge_grad_norm = diverge_grad_norm
         require(self.optim.get("lr", 0) > 0, "optim.lr", self.optim.get("lr"), "a number > 0")
         self._metrics: dict[str, AnswerMetrics] = {}

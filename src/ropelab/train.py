@@ -85,8 +85,7 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
     datamodule = TaskDataModule(OmegaConf.to_container(cfg.task, resolve=True), cfg.seed, **cfg.data)
     model_cfg = LlamaConfig(vocab_size=len(datamodule.task.vocab), max_len=datamodule.max_len, **cfg.model)
     model = build_model(model_cfg, OmegaConf.to_container(cfg.pos, resolve=True))
-    lit = LitLM(model, cfg.optim, cfg.trainer.max_steps, group_name=datamodule.task.group_name,
-                diverge_grad_norm=cfg.trainer.diverge_grad_norm)
+    lit = LitLM(model, cfg.optim, cfg.trainer.max_steps, diverge_grad_norm=cfg.trainer.diverge_grad_norm)
     if cfg.trainer.compile:
         model.compile()  # in place: state_dict keys stay those of the plain model
 

@@ -6,12 +6,11 @@ Adding a scheme: write ``positional/<name>.py`` with a ``PositionalScheme`` subc
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any, Mapping
 
 from ropelab.positional.base import PositionalScheme
-from tasks.base import ConfigError
+from tasks.base import ConfigError, discover
 
 _MODULES = [
     "rope",
@@ -27,13 +26,7 @@ _MODULES = [
 
 
 def registry() -> dict[str, type[PositionalScheme]]:
-    found: dict[str, type[PositionalScheme]] = {}
-    for module_name in _MODULES:
-        module = importlib.import_module(f"ropelab.positional.{module_name}")
-        for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, PositionalScheme) and obj.name == module_name:
-                found[obj.name] = obj
-    return found
+    return discover("ropelab.positional", _MODULES, PositionalScheme)
 
 
 def names() -> list[str]:
