@@ -13,9 +13,10 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ropelab.machine import ACCELERATORS
 from tasks.base import ConfigError
 
-PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "64-true")
+PRECISIONS = ("auto", "32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "64-true")
 
 
 def spec(kind: Any, lo: float | None = None, hi: float | None = None, choices: tuple | None = None,
@@ -40,6 +41,8 @@ class TrainerSchema:
     val_every: int = spec(int, 1)
     gradient_clip_val: float = spec(float, 0, optional=True)
     diverge_grad_norm: float = spec(float, 0, optional=True)
+    accelerator: str = spec(str, choices=ACCELERATORS)
+    devices: int = spec(int, 1)
     precision: str = spec(str, choices=PRECISIONS)
     threads: int = spec(int, 1, optional=True)
     progress: bool = spec(bool)
@@ -71,6 +74,7 @@ class RootSchema:
     seed: int = spec(int, 0)
     name: str = spec(str)
     resume: str = spec(str, optional=True)
+    record: str = spec(str, optional=True)
     rerun: bool = spec(bool)
     retry_failed: bool = spec(bool)
 

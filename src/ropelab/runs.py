@@ -1,8 +1,13 @@
 """Run folders: where a run lives, its summary.json, and atomic writes.
 
-A run folder holds ``config.yaml`` (resolved), ``metrics.csv``, ``summary.json``, ``checkpoints/`` and
-``positional_trace.npz``. ``summary.json`` carries ``status``: running, completed, failed, diverged or
-interrupted; sweeps skip completed runs and resume the others from ``checkpoints/last.ckpt``.
+A run folder holds ``config.yaml`` (resolved), ``metrics.csv``, ``summary.json``, ``checkpoints/`` and, for
+schemes with learnable parameters, ``positional_trace.npz``. ``summary.json`` carries ``status``: running,
+completed, failed, diverged or interrupted; sweeps skip completed runs and resume the others from
+``checkpoints/last.ckpt``.
+
+A *record* is the part of a finished run folder that lasts (everything but checkpoints), copied to
+``results/<table>/<job>/`` when the config sets ``record``; a sweep skips every job whose record is complete,
+so the same command in a fresh clone runs only what is missing.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -17,7 +23,7 @@ from typing import Any
 
 RUNS_ROOT = Path(os.environ.get("ROPELAB_RUNS", "runs"))
 SUMMARY = "summary.json"
-STATUSES = ("running", "completed", "failed", "diverged", "interrupted")
+RECORD_FILES = ("config.yaml", SUMMARY, "metrics.csv", "positional_trace.npz")
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
@@ -63,3 +69,32 @@ def read_summary(run_dir: Path) -> dict | None:
         return json.loads(path.read_text())
     except json.JSONDecodeError:
         return None
+
+
+def recorded(record_dir: Path | None) -> dict | None:
+    """The summary of a completed record in ``record_dir``, else None."""
+    if record_dir is None:
+        return None
+    summary = read_summary(record_dir)
+    return summary if summary and summary.get("status") == "completed" else None
+
+
+def keep_record(run_dir: Path, record_dir: Path) -> None:
+    """Copy the lasting files of ``run_dir`` to ``record_dir`` in one rename: a kill leaves the old record
+    or the new one, never half of one."""
+    record_dir = Path(record_dir)
+    record_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=record_dir.parent, prefix=f".{record_dir.name}."))
+    try:
+        for name in RECORD_FILES:
+            if (Path(run_dir) / name).is_file():
+                shutil.copyfile(Path(run_dir) / name, staging / name)
+        os.chmod(staging, 0o777 & ~_UMASK)
+        if record_dir.exists():
+            old = record_dir.with_name(f".{record_dir.name}.old-{secrets.token_hex(3)}")
+            os.replace(record_dir, old)
+            shutil.rmtree(old)
+        os.replace(staging, record_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -23,7 +23,7 @@ from hydra.types import RunMode
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from ropelab import runs
+from ropelab import machine, runs
 from ropelab.callbacks import FlushLoggers, PositionalTrace
 from ropelab.config import check_config
 from ropelab.data import TaskDataModule
@@ -68,10 +68,20 @@ def _decide(run_dir: Path, cfg: DictConfig, sweep: bool) -> tuple[str, Path | No
     return "resume", last
 
 
+def record_dir_of(cfg: DictConfig, run_dir: Path) -> Path | None:
+    """Where a finished job's record lasts: ``<record>/<job folder name>``, or None when ``record`` is unset."""
+    return Path(cfg.record) / Path(run_dir).name if cfg.get("record") else None
+
+
 def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
     """Train one configuration in ``run_dir``; returns the summary (also written to summary.json)."""
     run_dir = Path(run_dir)
     check_config(cfg)
+    record_dir = record_dir_of(cfg, run_dir)
+    if (kept := runs.recorded(record_dir)) and not cfg.rerun:
+        log.info("skipping %s: recorded in %s", run_dir.name, record_dir)
+        return {**kept, "record": str(record_dir)}
+    accelerator, precision, why = machine.choose(cfg.trainer.accelerator, cfg.trainer.precision)
     action, ckpt = _decide(run_dir, cfg, sweep)
     if action == "skip":
         summary = runs.read_summary(run_dir)
@@ -93,8 +103,9 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
     # saved after every validation (Lightning runs checkpoint callbacks last, after the flush and the trace)
     checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step:06d}", auto_insert_metric_name=False,
                                  save_top_k=1, save_last="link")
+    log.info("device %s, precision %s (%s)", accelerator, precision, why)
     trainer = L.Trainer(
-        accelerator="cpu", devices=1, max_steps=cfg.trainer.max_steps, precision=cfg.trainer.precision,
+        accelerator=accelerator, devices=cfg.trainer.devices, max_steps=cfg.trainer.max_steps, precision=precision,
         gradient_clip_val=cfg.trainer.gradient_clip_val, val_check_interval=cfg.trainer.val_every,
         check_val_every_n_epoch=None, num_sanity_val_steps=0, log_every_n_steps=1, logger=loggers,
         callbacks=[FlushLoggers(), PositionalTrace(run_dir), checkpoint], enable_progress_bar=cfg.trainer.progress,
@@ -109,6 +120,7 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
         "status": "running", "task": cfg.task.name, "pos": cfg.pos.name, "seed": cfg.seed, "run_dir": str(run_dir),
         "max_steps": cfg.trainer.max_steps, "params": model.num_parameters(),
         "positional_params": sum(p.numel() for p in model.pos.parameters()), "resumed_from_step": resumed_from,
+        "accelerator": accelerator, "precision": precision, "machine": machine.describe(accelerator),
     }
     runs.write_summary(run_dir, summary)
     start = time.time()
@@ -137,6 +149,9 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
         if hasattr(lg, "close"):  # W&B: one run per job, finished before the next multirun job starts
             lg.close(summary["status"])
     runs.write_summary(run_dir, summary)
+    if record_dir is not None and summary["status"] == "completed":
+        runs.keep_record(run_dir, record_dir)
+        summary["record"] = str(record_dir)
     return summary
 
 

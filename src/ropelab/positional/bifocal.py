@@ -5,7 +5,7 @@ f(x, m) = A ⊙ (x · e^{i(mΩ + Φ)}) with learnable Ω, A, Φ and the same opt
 ``phase_on``, ``amplitude_on``, frequency profile); the other H − n_s heads are fixed ``rope`` with the
 same frequency profile. Both parts are the existing modules, composed (``self.spectral`` built for n_s
 heads, ``self.geometric``), so the learnable parameters cover only the spectral heads:
-``omega``, ``amplitude``, ``phase`` of shape (n_s, D/2), row j = head j. With ``phase_std=0`` the scheme
+``omega``, ``amplitude``, ``phase`` of shape (n_s, D/2), row j = head j (or (1, D/2) with ``share``). With ``phase_std=0`` the scheme
 equals ``rope`` bit for bit at init.
 """
 
@@ -27,14 +27,14 @@ class Bifocal(PositionalScheme):
     def __init__(self, head_dim, n_heads, max_len, spectral_fraction: float = 0.5, base: float = 10000.0,
                  freqs: str = "geometric", single_freq: float | None = None,
                  band: tuple[float, float] | None = None, phase_std: float = 1e-3, phase_on: str = "query",
-                 amplitude_on: str = "both", momentum_gamma=0.0):
+                 amplitude_on: str = "both", share: bool = False, momentum_gamma=0.0):
         super().__init__(head_dim, n_heads, max_len, momentum_gamma)
         ok = isinstance(spectral_fraction, (int, float)) and not isinstance(spectral_fraction, bool)
         require(ok and 0 <= spectral_fraction <= 1, "pos.spectral_fraction", spectral_fraction, "a number in [0, 1]")
         self.n_spectral = math.floor(spectral_fraction * n_heads + 0.5)
         rotary = dict(base=base, freqs=freqs, single_freq=single_freq, band=band)
         self.spectral = SpectralRoPE(head_dim, self.n_spectral, max_len, phase_std=phase_std, phase_on=phase_on,
-                                     amplitude_on=amplitude_on, **rotary)
+                                     amplitude_on=amplitude_on, share=share, **rotary)
         self.geometric = RoPE(head_dim, n_heads - self.n_spectral, max_len, **rotary)
 
     def positional_parameters(self):

@@ -1,6 +1,7 @@
 """spectral — Spectral RoPE from Bifocal Attention (arXiv 2601.22402): f(x, m) = A ⊙ (x · e^{i(mΩ + Φ)}).
 
-Learnable per head and channel pair (shape (H, D/2)), shared by all layers like HF Llama's rotary module:
+Learnable per head and channel pair (shape (H, D/2)), or with ``share=true`` one set for all heads (shape
+(1, D/2), Ω ∈ R^{d/2} as in the paper's formula); shared by all layers like HF Llama's rotary module:
   Ω ``omega``     frequencies, initialised exactly to the geometric RoPE frequencies (profile ``freqs``);
   A ``amplitude`` initialised to 1;
   Φ ``phase``     initialised N(0, ``phase_std``) (paper: 1e-3).
@@ -29,18 +30,20 @@ class SpectralRoPE(PositionalScheme):
     def __init__(self, head_dim, n_heads, max_len, base: float = 10000.0, freqs: str = "geometric",
                  single_freq: float | None = None, band: tuple[float, float] | None = None,
                  phase_std: float = 1e-3, phase_on: str = "query", amplitude_on: str = "both",
-                 momentum_gamma=0.0):
+                 share: bool = False, momentum_gamma=0.0):
         super().__init__(head_dim, n_heads, max_len, momentum_gamma)
         require(head_dim % 2 == 0, "model.d_model/model.n_heads", head_dim, "rotary schemes need an even head dim")
         require(isinstance(phase_std, (int, float)) and phase_std >= 0, "pos.phase_std", phase_std, "a number >= 0")
         require(phase_on in SIDES, "pos.phase_on", phase_on, f"one of {', '.join(SIDES)}")
         require(amplitude_on in SIDES, "pos.amplitude_on", amplitude_on, f"one of {', '.join(SIDES)}")
+        require(isinstance(share, bool), "pos.share", share, "true or false")
         self.phase_on, self.amplitude_on = phase_on, amplitude_on
+        rows = 1 if share else n_heads  # a (1, D/2) set broadcasts over the heads
         inv_freq = inverse_frequencies(head_dim // 2, freqs, base, single_freq, band)
-        self.register_buffer("omega_init", inv_freq.expand(n_heads, -1).clone(), persistent=False)
-        self.omega = nn.Parameter(inv_freq.expand(n_heads, -1).clone())
-        self.amplitude = nn.Parameter(torch.ones(n_heads, head_dim // 2))
-        self.phase = nn.Parameter(torch.randn(n_heads, head_dim // 2) * phase_std)
+        self.register_buffer("omega_init", inv_freq.expand(rows, -1).clone(), persistent=False)
+        self.omega = nn.Parameter(inv_freq.expand(rows, -1).clone())
+        self.amplitude = nn.Parameter(torch.ones(rows, head_dim // 2))
+        self.phase = nn.Parameter(torch.randn(rows, head_dim // 2) * phase_std)
         self.register_buffer("positions", torch.arange(max_len, dtype=torch.float32), persistent=False)
 
     def prepare(self, seq_len, device):
