@@ -33,10 +33,17 @@ SWEEP    ?=
 LAUNCHER ?=
 SWEEP_LAUNCHER = $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER))
 
-.PHONY: table1 pope momentum report
+.PHONY: table1 phase pope momentum report
 
 table1: $(STAMP)
 	$(PY) train.py -m experiment=bifocal_table1 $(SWEEP_LAUNCHER) $(ARGS)
+
+# the bio-rotation phase diagram (conf/experiment/bio_phase.yaml); its (lower, 100–200) cells are table1's jobs
+phase: $(STAMP)
+	$(PY) train.py -m experiment=bio_phase task.noise=same $(SWEEP_LAUNCHER) $(ARGS)
+	$(PY) train.py -m experiment=bio_phase task.gap_min=20 task.gap_max=60 $(SWEEP_LAUNCHER) $(ARGS)
+	$(PY) train.py -m experiment=bio_phase pos=bifocal task.noise=same $(SWEEP_LAUNCHER) $(ARGS)
+	$(PY) train.py -m experiment=bio_phase pos=spectral optim.pos_lr_scale=10 $(SWEEP_LAUNCHER) $(ARGS)
 
 pope: $(STAMP)
 	$(PY) train.py -m experiment=pope_indirect $(SWEEP_LAUNCHER) $(ARGS)
