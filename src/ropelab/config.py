@@ -77,6 +77,11 @@ class RootSchema:
     record: str = spec(str, optional=True)
     rerun: bool = spec(bool)
     retry_failed: bool = spec(bool)
+    init_from: str = spec(str, optional=True)
+    surgery: str = spec(str, choices=("spectral",), optional=True)
+    surgery_train: str = spec(str, choices=("all", "spectral"))
+    surgery_spectral_fraction: float = spec(float, 0, 1)  # and > 0: _check_surgery
+    surgery_phase_std: float = spec(float, 0)
 
 
 SECTIONS = {"model": ModelSchema, "trainer": TrainerSchema, "data": DataSchema, "optim": OptimSchema}
@@ -138,7 +143,26 @@ def check_config(cfg: DictConfig) -> None:
     betas = values["optim"]["betas"]
     if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
         raise ConfigError(f"optim.betas={betas!r} is invalid: expected two numbers in [0, 1)")
+    _check_surgery(values)
     _check_builders(values)
+
+
+def _check_surgery(values: dict) -> None:
+    """init_from names a checkpoint; surgery replaces the fixed rope the weights were trained with."""
+    if values["init_from"] is not None:
+        from ropelab.surgery import checkpoint_path
+
+        try:
+            checkpoint_path(values["init_from"])
+        except FileNotFoundError:
+            raise ConfigError(f"init_from={values['init_from']!r} is invalid: a run folder with "
+                              "checkpoints/last.ckpt or a .ckpt file") from None
+    if values["surgery_spectral_fraction"] <= 0:
+        raise ConfigError(f"surgery_spectral_fraction={values['surgery_spectral_fraction']!r} is invalid: a number "
+                          "in (0, 1]")
+    if values["surgery"] is not None and values["pos"].get("name") != "rope":
+        raise ConfigError(f"surgery={values['surgery']} needs pos=rope (the fixed rotary it replaces), "
+                          f"not pos={values['pos'].get('name')}")
 
 
 def _check_builders(values: dict) -> None:

@@ -73,6 +73,19 @@ def record_dir_of(cfg: DictConfig, run_dir: Path) -> Path | None:
     return Path(cfg.record) / Path(run_dir).name if cfg.get("record") else None
 
 
+def _init_and_surgery(model, cfg: DictConfig) -> None:
+    """``init_from``: load a finished run's weights (step 0, fresh optimizer); ``surgery=spectral``: swap the
+    fixed rope for learnable spectral RoPE with the outputs unchanged (``ropelab.surgery``). On a resume the
+    checkpoint's weights are loaded over these afterwards."""
+    from ropelab import surgery
+
+    if cfg.init_from:
+        log.info("weights from %s", surgery.load_weights(model, cfg.init_from))
+    if cfg.surgery == "spectral":
+        surgery.spectralize(model, freeze=cfg.surgery_train == "spectral", phase_std=cfg.surgery_phase_std,
+                            spectral_fraction=cfg.surgery_spectral_fraction)
+
+
 def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
     """Train one configuration in ``run_dir``; returns the summary (also written to summary.json)."""
     run_dir = Path(run_dir)
@@ -95,6 +108,7 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
     datamodule = TaskDataModule(OmegaConf.to_container(cfg.task, resolve=True), cfg.seed, **cfg.data)
     model_cfg = LlamaConfig(vocab_size=len(datamodule.task.vocab), max_len=datamodule.max_len, **cfg.model)
     model = build_model(model_cfg, OmegaConf.to_container(cfg.pos, resolve=True))
+    _init_and_surgery(model, cfg)
     lit = LitLM(model, cfg.optim, cfg.trainer.max_steps, diverge_grad_norm=cfg.trainer.diverge_grad_norm)
     if cfg.trainer.compile:
         model.compile()  # in place: state_dict keys stay those of the plain model
@@ -120,6 +134,8 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
         "status": "running", "task": cfg.task.name, "pos": cfg.pos.name, "seed": cfg.seed, "run_dir": str(run_dir),
         "max_steps": cfg.trainer.max_steps, "params": model.num_parameters(),
         "positional_params": sum(p.numel() for p in model.pos.parameters()), "resumed_from_step": resumed_from,
+        "init_from": cfg.init_from, "surgery": cfg.surgery,
+        "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "accelerator": accelerator, "precision": precision, "machine": machine.describe(accelerator),
     }
     runs.write_summary(run_dir, summary)
