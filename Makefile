@@ -58,6 +58,16 @@ report: $(STAMP)
 	@test -n "$(SWEEP)" || { echo "usage: make report SWEEP=runs/<name> [ARGS='--out DIR']" >&2; exit 2; }
 	$(PY) -m ropelab.report $(SWEEP) $(ARGS)
 
+# Upload the offline W&B runs (logger=wandb without WANDB_MODE) under SWEEP, default runs/:
+# make sync [SWEEP=runs/<name>] [ARGS=--dry-run]. Needs network and `.venv/bin/wandb login` once; W&B skips
+# runs it has uploaded already.
+.PHONY: sync
+SYNC_DIR = $(or $(SWEEP),runs)
+sync: $(STAMP)
+	@found=$$(find $(SYNC_DIR) -type d -name 'offline-run-*' -path '*/wandb/*' 2>/dev/null | sort); \
+	if [ -z "$$found" ]; then echo "no offline W&B runs under $(SYNC_DIR)"; \
+	else $(VENV)/bin/wandb sync $(ARGS) $$found; fi
+
 # Training-step benchmark vs Hugging Face's Llama (src/ropelab/bench.py): writes bench/bench.json and bench.md.
 # ARGS="--quick" for a smoke run, "--levers" for bf16/compile. The `hf` extra (transformers) is installed once
 # into $(VENV)/hf, beside the venv and seen only by the bench: inside the venv, torchmetrics would import

@@ -4,9 +4,6 @@ determinism, atomic writes."""
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +13,7 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT, TINY, run_train
 from ropelab import runs
+from ropelab.callbacks import KillAtStep
 from ropelab.config import check_config
 from ropelab.data import SPLITS, TaskDataModule, draw, split_seed
 from tasks.base import ConfigError
@@ -86,24 +84,21 @@ RESUME = [*TINY, "pos=spectral", "trainer.max_steps=40", "trainer.val_every=5"]
 
 
 def test_sigkill_then_resume_ends_bit_identical(tmp_path):
+    """The run SIGKILLs itself at the start of step 17 (``$ROPELAB_KILL_AT_STEP``): the checkpoint of step 15 is
+    on disk and steps 15–16 are lost. An exact kill point, where polling for a checkpoint file raced the run."""
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    done = run_train(*RESUME, f"resume={straight}", cwd=tmp_path)
+    done = run_train(*RESUME, f"hydra.run.dir={straight}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
 
-    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *RESUME, f"resume={killed}"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not list((killed / "checkpoints").glob("step00001[5-9]*.ckpt")):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    interrupted = runs.read_summary(killed)
-    assert interrupted["status"] == "running"  # what a SIGKILL leaves behind
+    crashed = run_train(*RESUME, f"hydra.run.dir={killed}", cwd=tmp_path, env={KillAtStep.ENV: "17"})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    assert runs.read_summary(killed)["status"] == "running"  # what a SIGKILL leaves behind
+    assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == ["last.ckpt", "step000015.ckpt"]
 
     resumed = run_train(*RESUME, f"resume={killed}", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a, b = runs.read_summary(straight), runs.read_summary(killed)
-    assert b["status"] == "completed" and b["resumed_from_step"] >= 15
+    assert b["status"] == "completed" and b["resumed_from_step"] == 15
     assert a["final"] == b["final"]
     assert (straight / "metrics.csv").read_text() == (killed / "metrics.csv").read_text()
     ta, tb = np.load(straight / "positional_trace.npz"), np.load(killed / "positional_trace.npz")
@@ -111,11 +106,12 @@ def test_sigkill_then_resume_ends_bit_identical(tmp_path):
 
 
 def test_rerunning_a_completed_run_folder_skips_it(tmp_path):
-    args = [*TINY, "trainer.max_steps=2", "trainer.val_every=1", f"resume={tmp_path / 'r'}"]
-    assert run_train(*args, cwd=tmp_path).returncode == 0
+    args = [*TINY, "trainer.max_steps=2", "trainer.val_every=1"]
+    assert run_train(*args, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path).returncode == 0
     before = (tmp_path / "r" / "summary.json").read_text()
-    again = run_train(*args, cwd=tmp_path)
+    again = run_train(*args, f"resume={tmp_path / 'r'}", cwd=tmp_path)
     assert again.returncode == 0 and (tmp_path / "r" / "summary.json").read_text() == before
+    assert "skipped: already completed" in again.stdout
 
 
 # ---------------------------------------------------------------- sweeps

@@ -1,8 +1,14 @@
-"""Callbacks: snapshots of the learnable positional parameters (Ω, A, Φ, δ) over training."""
+"""Callbacks: snapshots of the learnable positional parameters (Ω, A, Φ, δ) over training, progress, and the
+test hook that kills a run at an exact step."""
 
 from __future__ import annotations
 
 import io
+import logging
+import os
+import signal
+import sys
+import time
 from pathlib import Path
 
 import lightning as L
@@ -10,6 +16,8 @@ import numpy as np
 import torch
 
 from ropelab.runs import atomic_write_bytes
+
+log = logging.getLogger("ropelab")
 
 
 class PositionalTrace(L.Callback):
@@ -61,3 +69,100 @@ class FlushLoggers(L.Callback):
         if trainer.state.fn == "fit":
             for logger in trainer.loggers:
                 logger.save()
+
+
+class Progress(L.Callback):
+    """What training is doing while it does it.
+
+    ``bar``: a bar on stderr with steps/s, ETA and the current training loss, and each validation's line above it;
+    ``lines``: one log line per validation (step, steps/s, ETA, train and val metrics), for sweeps and log files;
+    ``off``: nothing. ``choose(setting, parallel)`` resolves ``trainer.progress=auto``. The lines go to the
+    ``ropelab`` logger, so they land in the run's ``train.log`` too.
+    """
+
+    SHOWN = ("train/loss", "val/loss", "val/acc", "val/exact")
+
+    def __init__(self, mode: str, label: str = ""):
+        self.mode, self.label = mode, label
+        self.bar = None
+        self.start_step, self.start_time = 0, 0.0
+
+    @staticmethod
+    def choose(setting: str, parallel: bool) -> str:
+        """auto: a bar when stderr is a terminal and no other job shares it, else lines."""
+        if setting != "auto":
+            return setting
+        return "bar" if sys.stderr.isatty() and not parallel else "lines"
+
+    def on_train_start(self, trainer, pl_module):
+        self.start_step, self.start_time = trainer.global_step, time.monotonic()
+        if self.mode == "bar":
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=trainer.max_steps, initial=trainer.global_step, unit="step", dynamic_ncols=True,
+                            desc=self.label or None, file=sys.stderr)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.bar is not None:
+            if pl_module.last_finite_loss is not None:
+                self.bar.set_postfix_str(f"loss {pl_module.last_finite_loss:.4f}", refresh=False)
+            self.bar.update(trainer.global_step - self.bar.n)
+
+    def on_validation_end(self, trainer, pl_module):
+        if self.mode == "off" or trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        line = self.line(trainer)
+        if self.bar is None:
+            log.info(line)
+            return
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        with logging_redirect_tqdm():  # printed above the bar; train.log's file handler is left as it is
+            log.info(line)
+
+    def on_train_end(self, trainer, pl_module):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def line(self, trainer) -> str:
+        step, total = trainer.global_step, trainer.max_steps
+        done, elapsed = step - self.start_step, time.monotonic() - self.start_time
+        rate = done / elapsed if elapsed > 0 and done > 0 else None
+        eta = _duration((total - step) / rate) if rate else "?"
+        metrics = trainer.callback_metrics
+        shown = " ".join(f"{k}={float(metrics[k]):.4f}" for k in self.SHOWN if k in metrics)
+        prefix = f"[{self.label}] " if self.label else ""
+        return (f"{prefix}step {step}/{total} · {f'{rate:.2f}' if rate else '?'} steps/s · ETA {eta} · {shown}"
+                ).rstrip(" ·")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class KillAtStep(L.Callback):
+    """Test hook: SIGKILL this process at the start of training step ``step`` (when ``$ROPELAB_KILL_AT_STEP``
+    is set), after everything the steps before it wrote (checkpoints included) is on disk.
+
+    It lets a test kill a run at an exact point, where polling for a checkpoint file would race the run (and
+    ``save_top_k=1`` deletes the older ones)."""
+
+    ENV = "ROPELAB_KILL_AT_STEP"
+
+    def __init__(self, step: int):
+        self.step = step
+
+    @classmethod
+    def from_env(cls) -> "KillAtStep | None":
+        value = os.environ.get(cls.ENV)
+        return cls(int(value)) if value else None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step >= self.step:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -14,14 +14,17 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ropelab.machine import ACCELERATORS
-from tasks.base import ConfigError
+from tasks.base import ConfigError, require
 
 PRECISIONS = ("auto", "32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "64-true")
+PROGRESS = ("auto", "bar", "lines", "off")
 
 
 def spec(kind: Any, lo: float | None = None, hi: float | None = None, choices: tuple | None = None,
-         optional: bool = False):
-    return field(default=None, metadata=dict(kind=kind, lo=lo, hi=hi, choices=choices, optional=optional))
+         optional: bool = False, above: float | None = None):
+    """``lo`` and ``hi`` are inclusive bounds, ``above`` an exclusive lower bound (a learning rate > 0)."""
+    return field(default=None, metadata=dict(kind=kind, lo=lo, hi=hi, choices=choices, optional=optional,
+                                             above=above))
 
 
 @dataclass
@@ -30,8 +33,8 @@ class ModelSchema:
     n_layers: int = spec(int, 1)
     n_heads: int = spec(int, 1)
     mlp_hidden: int = spec(int, 1)
-    norm_eps: float = spec(float, 0)
-    init_std: float = spec(float, 0)
+    norm_eps: float = spec(float, above=0)
+    init_std: float = spec(float, above=0)
     attn_fp32: bool = spec(bool)
 
 
@@ -40,12 +43,12 @@ class TrainerSchema:
     max_steps: int = spec(int, 1)
     val_every: int = spec(int, 1)
     gradient_clip_val: float = spec(float, 0, optional=True)
-    diverge_grad_norm: float = spec(float, 0, optional=True)
+    diverge_grad_norm: float = spec(float, above=0, optional=True)
     accelerator: str = spec(str, choices=ACCELERATORS)
     devices: int = spec(int, 1)
     precision: str = spec(str, choices=PRECISIONS)
     threads: int = spec(int, 1, optional=True)
-    progress: bool = spec(bool)
+    progress: str = spec(str, choices=PROGRESS)
     compile: bool = spec(bool)
 
 
@@ -60,11 +63,11 @@ class DataSchema:
 
 @dataclass
 class OptimSchema:
-    lr: float = spec(float, 0)
+    lr: float = spec(float, above=0)
     pos_lr_scale: float = spec(float, 0)
     weight_decay: float = spec(float, 0)
     betas: list = spec(list)
-    eps: float = spec(float, 0)
+    eps: float = spec(float, above=0)
     warmup_steps: int = spec(int, 0)
     min_lr_ratio: float = spec(float, 0, 1)
 
@@ -92,9 +95,16 @@ def _describe(meta) -> str:
     kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}[meta["kind"]]
     if meta["choices"]:
         return "one of " + ", ".join(map(str, meta["choices"]))
-    bounds = [f">= {meta['lo']}" if meta["lo"] is not None else "", f"<= {meta['hi']}" if meta["hi"] is not None else ""]
-    text = " and ".join(b for b in bounds if b)
-    return f"{kind}{' ' + text if text else ''}{' or null' if meta['optional'] else ''}"
+    lo, hi, above = meta["lo"], meta["hi"], meta["above"]
+    if (lo is not None or above is not None) and hi is not None:
+        text = f" in {'[' if above is None else '('}{lo if above is None else above}, {hi}]"
+    elif above is not None:
+        text = f" > {above}"
+    elif lo is not None:
+        text = f" >= {lo}"
+    else:
+        text = f" <= {hi}" if hi is not None else ""
+    return f"{kind}{text}{' or null' if meta['optional'] else ''}"
 
 
 def _ok(value, meta) -> bool:
@@ -115,6 +125,8 @@ def _ok(value, meta) -> bool:
         return False
     if meta["lo"] is not None and value < meta["lo"] or meta["hi"] is not None and value > meta["hi"]:
         return False
+    if meta["above"] is not None and value <= meta["above"]:
+        return False
     return True
 
 
@@ -126,8 +138,7 @@ def check_section(values: dict, schema: type, prefix: str) -> None:
     for key, meta in known.items():
         if key not in values:
             raise ConfigError(f"{prefix}{key} is missing: expected {_describe(meta)}")
-        if not _ok(values[key], meta):
-            raise ConfigError(f"{prefix}{key}={values[key]!r} is invalid: expected {_describe(meta)}")
+        require(_ok(values[key], meta), f"{prefix}{key}", values[key], _describe(meta))
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -142,7 +153,7 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"model.n_heads={model['n_heads']} does not divide model.d_model={model['d_model']}")
     betas = values["optim"]["betas"]
     if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
-        raise ConfigError(f"optim.betas={betas!r} is invalid: expected two numbers in [0, 1)")
+        raise ConfigError(f"optim.betas={betas!r} is invalid: two numbers in [0, 1)")
     _check_surgery(values)
     _check_builders(values)
 

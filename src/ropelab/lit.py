@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ropelab.model import Llama
-from tasks.base import IGNORE, require
+from tasks.base import IGNORE
 
 
 class Diverged(RuntimeError):
@@ -59,8 +59,9 @@ class AnswerMetrics:
         return {f"{prefix}/loss": self.loss_sum / max(self.tokens, 1), f"{prefix}/acc": self.correct / max(self.tokens, 1),
                 f"{prefix}/exact": self.exact / max(self.examples, 1)}
 
-    def per_group(self) -> dict[int, float]:
-        return {g: ok / n for g, (ok, n) in sorted(self.groups.items())}
+    def per_group(self) -> dict[int, dict[str, float]]:
+        """Per group (gap, depth, …): ``exact`` (whole answer right) over its ``examples``."""
+        return {g: {"exact": ok / n, "examples": int(n)} for g, (ok, n) in sorted(self.groups.items())}
 
 
 class LitLM(L.LightningModule):
@@ -68,9 +69,8 @@ class LitLM(L.LightningModule):
         super().__init__()
         self.model, self.optim, self.max_steps = model, dict(optim), max_steps
         self.diverge_grad_norm = diverge_grad_norm
-        require(self.optim.get("lr", 0) > 0, "optim.lr", self.optim.get("lr"), "a number > 0")
         self._metrics: dict[str, AnswerMetrics] = {}
-        self.group_results: dict[str, dict[int, float]] = {}
+        self.group_results: dict[str, dict[int, dict[str, float]]] = {}
         self.last_finite_loss: float | None = None
 
     def forward(self, idx):

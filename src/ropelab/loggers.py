@@ -66,7 +66,7 @@ def _wandb_tags(cfg: dict) -> list[str]:
 class RunWandbLogger(WandbLogger):
     """One W&B run per run folder (so per Hydra job), offline unless ``WANDB_MODE`` says otherwise.
 
-    * files go under ``<run_dir>/wandb/`` (``offline-run-*`` until ``wandb sync`` uploads them);
+    * files go under ``<run_dir>/wandb/`` (``offline-run-*`` until ``make sync`` uploads them);
     * the run is grouped by the experiment ``name``, tagged task / pos / seed / γ / base / freqs, named after
       the folder, and carries the resolved ``config.yaml`` that ``ropelab.train`` wrote before building loggers;
     * at each validation it also logs histograms of the scheme's learnable parameters (``pos/<name>``, and
@@ -91,10 +91,15 @@ class RunWandbLogger(WandbLogger):
         previous = _wandb_module().run
         if previous is not None:  # a run left open in this process (an earlier job that died): close it
             previous.finish(exit_code=1)
+        # quiet: no banner and no history table per run (W&B's warnings still show); the runs are under
+        # <run_dir>/wandb/ and `make sync` uploads them
+        kwargs.setdefault("settings", _wandb_module().Settings(quiet=True))
         super().__init__(save_dir=str(run_dir), project=project, entity=entity,
                          group=group or cfg.get("name"), name=run_dir.name,
                          tags=list(tags or []) + _wandb_tags(cfg), config=cfg, mode=mode,
                          job_type="train", **kwargs)
+        # Lightning passes anonymous=None to wandb.init, which W&B ≥ 0.19 warns has no effect: never send it
+        self._wandb_init.pop("anonymous", None)
         self._histograms, self._pos_module, self._finished = histograms, None, False
 
     def log_graph(self, model, input_array=None) -> None:  # Lightning hands us the module at fit start

@@ -1,9 +1,10 @@
 """Run folders: where a run lives, its summary.json, and atomic writes.
 
-A run folder holds ``config.yaml`` (resolved), ``metrics.csv``, ``summary.json``, ``checkpoints/`` and, for
-schemes with learnable parameters, ``positional_trace.npz``. ``summary.json`` carries ``status``: running,
-completed, failed, diverged or interrupted; sweeps skip completed runs and resume the others from
-``checkpoints/last.ckpt``.
+A run folder holds ``config.yaml`` (resolved), ``metrics.csv``, ``summary.json``, ``checkpoints/``,
+``train.log`` and, for schemes with learnable parameters, ``positional_trace.npz``. ``summary.json`` carries
+``status``: running, completed, failed, diverged or interrupted; sweeps skip completed runs and resume the others
+from ``checkpoints/last.ckpt``. While a process trains in a folder it holds an exclusive lock on its ``.lock``
+file (``claim``), so two launches of the same sweep never train the same job at once.
 
 A *record* is the part of a finished run folder that lasts (everything but checkpoints), copied to
 ``results/<table>/<job>/`` when the config sets ``record``; a sweep skips every job whose record is complete,
@@ -12,10 +13,13 @@ so the same command in a fresh clone runs only what is missing.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +28,8 @@ from typing import Any
 RUNS_ROOT = Path(os.environ.get("ROPELAB_RUNS", "runs"))
 SUMMARY = "summary.json"
 RECORD_FILES = ("config.yaml", SUMMARY, "metrics.csv", "positional_trace.npz")
+LOCK = ".lock"
+UNSTARTED = {".hydra", "train.log", LOCK}  # what a job folder holds before training writes its config.yaml
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
@@ -98,3 +104,53 @@ def keep_record(run_dir: Path, record_dir: Path) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+class InUse(RuntimeError):
+    """Another process holds the run folder's lock: it is training there now."""
+
+
+@contextlib.contextmanager
+def claim(run_dir: Path):
+    """Hold an exclusive lock on ``run_dir/.lock`` while training there; raise InUse if another process holds it.
+
+    ``flock`` locks die with their process (a SIGKILL included), so a lock is never stale; the file stays, since
+    unlinking it would let a third process lock a fresh file while the second still holds the old one."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise InUse(f"{run_dir} is being trained by another process (pid {holder})") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def remove_if_unstarted(run_dir: Path) -> bool:
+    """Remove a folder that holds nothing but what Hydra writes before a job starts (``.hydra/``, ``train.log``)
+    and the lock: a rejected or skipped job leaves no folder behind. True if it was removed."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or any(p.name not in UNSTARTED for p in run_dir.iterdir()):
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)  # a concurrent launch may be writing .hydra/ into it: best effort
+    return not run_dir.exists()
+
+
+def report_command(path: Path | str) -> str:
+    """The command that turns a run or sweep folder into a report, with the interpreter the user ran; paths
+    relative to the working directory where they lie under it."""
+    def short(p: Path) -> Path | None:
+        try:
+            return p.relative_to(Path.cwd())
+        except ValueError:
+            return None
+
+    python = short(Path(sys.executable)) or "python"
+    return f"{python} -m ropelab.report {short(Path(path).absolute()) or path}"
