@@ -68,8 +68,10 @@ sync: $(STAMP)
 	if [ -z "$$found" ]; then echo "no offline W&B runs under $(SYNC_DIR)"; \
 	else $(VENV)/bin/wandb sync $(ARGS) $$found; fi
 
-# Training-step benchmark vs Hugging Face's Llama (src/ropelab/bench.py): writes bench/bench.json and bench.md.
-# ARGS="--quick" for a smoke run, "--levers" for bf16/compile. The `hf` extra (transformers) is installed once
+# Training-step benchmark vs Hugging Face's Llama (src/ropelab/bench.py): writes bench/out/bench-<UTC time>.{json,md}
+# (untracked: a bench run never dirties the tree; the run README quotes is kept in bench/, named there).
+# ARGS="--quick" for a smoke run, "--levers" for compile/precision levers, "--threads 1" on a busy machine,
+# "--device cuda" on a GPU. The `hf` extra (transformers) is installed once
 # into $(VENV)/hf, beside the venv and seen only by the bench: inside the venv, torchmetrics would import
 # transformers with every `import lightning` (+2.7 s start-up and +24 MB for every training run, measured).
 .PHONY: bench
@@ -83,6 +85,15 @@ $(HF_STAMP): pyproject.toml $(STAMP)
 
 bench: $(HF_STAMP)
 	$(PY) -m ropelab.bench $(ARGS)
+
+# One command for anyone with a GPU (src/ropelab/gpucheck.py): the tests marked gpu, one short bio_rotation run
+# per scheme, the bench on CUDA (ours vs HF Llama, bf16) and several jobs at once on the GPU; writes
+# bench/gpu.{json,md} (commit them). ACCEL=cpu runs the same path on the CPU with tiny settings (≈ 1–2 min) into
+# bench/out/gpu-check-cpu.{json,md}, as tests/test_gpucheck.py does.
+.PHONY: gpu-check
+ACCEL ?= cuda
+gpu-check: $(HF_STAMP)
+	$(PY) -m ropelab.gpucheck --accelerator $(ACCEL) $(ARGS)
 
 # Spectral surgery (issue 15, src/ropelab/surgery_experiment.py): pretrain rope on code_lm, swap in learnable
 # spectral RoPE (outputs unchanged), fine-tune three arms; report in results/surgery/, runs in runs/surgery/.

@@ -49,7 +49,7 @@ class TrainerSchema:
     precision: str = spec(str, choices=PRECISIONS)
     threads: int = spec(int, 1, optional=True)
     progress: str = spec(str, choices=PROGRESS)
-    compile: bool = spec(bool)
+    compile: bool | str = spec(bool, choices=("auto",))  # true, false or auto (ropelab.machine.choose_compile)
 
 
 @dataclass
@@ -93,8 +93,8 @@ OPEN_SECTIONS = ("task", "pos", "logger", "experiment")  # checked by their buil
 
 def _describe(meta) -> str:
     kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}[meta["kind"]]
-    if meta["choices"]:
-        return "one of " + ", ".join(map(str, meta["choices"]))
+    if meta["choices"]:  # a bool with choices also takes those words ("auto")
+        return ("true, false or " if meta["kind"] is bool else "one of ") + ", ".join(map(str, meta["choices"]))
     lo, hi, above = meta["lo"], meta["hi"], meta["above"]
     if (lo is not None or above is not None) and hi is not None:
         text = f" in {'[' if above is None else '('}{lo if above is None else above}, {hi}]"
@@ -112,7 +112,7 @@ def _ok(value, meta) -> bool:
         return meta["optional"]
     kind = meta["kind"]
     if kind is bool:
-        return isinstance(value, bool)
+        return isinstance(value, bool) or isinstance(value, str) and value in (meta["choices"] or ())
     if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
         return False
     if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):

@@ -91,3 +91,18 @@ def choose(accelerator: str, precision: str) -> tuple[str, str, str]:
     if native_bf16_cpu():
         return device, "bf16-mixed", f"auto: CPU has native bf16 ({', '.join(cpu()['flags'])})"
     return device, "32-true", "auto: CPU has no native bf16 (it would run in software)"
+
+
+def choose_compile(setting: bool | str, device: str) -> tuple[bool, str]:
+    """(compile?, why) for ``trainer.compile``: true / false as configured, or ``auto``.
+
+    auto is off on both devices. Measured on the 2-core Xeon (AMX, bf16-mixed, 1 thread, default model): a
+    compiled training step is 1.3x faster, but compiling costs 79 s cold (under load) before the first step and
+    again for evaluation (no grad, batch 128, the OOD length), so a 400-step run does not earn it back (README,
+    "Speed"). On CUDA it is not measured yet: ``make gpu-check`` measures the compiled step and its compile time
+    there (bench row "rope compiled") so this rule can change with numbers, not guesses."""
+    if isinstance(setting, bool):
+        return setting, "as configured"
+    if device == "cuda":
+        return False, "auto: off on CUDA until measured (make gpu-check measures it)"
+    return False, "auto: off on CPU (compiling costs more than it saves in a run of this length, measured)"
