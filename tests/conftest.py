@@ -9,9 +9,13 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("WANDB_MODE", "offline")
 
 
-def run_train(*overrides: str, cwd: Path, timeout: int = 1200, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``python train.py`` as a user would, in ``cwd`` (runs land in cwd/runs). ``timeout`` only guards
-    against a hang: tests wait for the process to end and then read what it wrote, never for a time to pass."""
+# Tests wait for a subprocess to end and then read what it wrote, never for a time to pass; a timeout only
+# guards against a hang, so it is far above any run's time on a loaded machine.
+HANG_GUARD_S = 1200
+
+
+def run_train(*overrides: str, cwd: Path, timeout: int = HANG_GUARD_S, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python train.py`` as a user would, in ``cwd`` (runs land in cwd/runs)."""
     return subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 

@@ -13,7 +13,7 @@ import termios
 import pytest
 from hydra import compose, initialize_config_dir
 
-from conftest import ROOT, TINY, run_train
+from conftest import HANG_GUARD_S, ROOT, TINY, run_train
 from ropelab import runs
 from ropelab.config import check_config
 from ropelab.train import FINAL_METRICS, _check_single_run_of_preset
@@ -229,7 +229,7 @@ def test_harmless_warnings_are_silenced_and_real_ones_kept():
             "warnings.warn('a real warning')\n"
             "import logging; logging.getLogger('lightning.pytorch').warning('a real lightning warning')\n"
             "logging.getLogger('lightning.pytorch').info('GPU available: False, used: False')\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "a real warning" in result.stderr and "a real lightning warning" in result.stderr
     for noise in HARMLESS:
@@ -246,7 +246,7 @@ def test_a_joblib_sweep_with_wandb_prints_no_harmless_warnings_and_make_sync_fin
 
     make = ["make", "-s", "-C", str(ROOT), "-o", ".venv/.installed"]  # never reinstall the venv from a test
     sync = subprocess.run([*make, "sync", f"SWEEP={tmp_path / 'runs' / 'q'}", "ARGS=--dry-run"], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=HANG_GUARD_S)
     assert sync.returncode == 0 and "Would sync 2 run(s)" in sync.stdout + sync.stderr, sync.stdout + sync.stderr
-    empty = subprocess.run([*make, "sync", f"SWEEP={tmp_path / 'nothing'}"], capture_output=True, text=True, timeout=60)
+    empty = subprocess.run([*make, "sync", f"SWEEP={tmp_path / 'nothing'}"], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert empty.returncode == 0 and f"no offline W&B runs under {tmp_path / 'nothing'}" in empty.stdout

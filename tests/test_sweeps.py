@@ -15,7 +15,7 @@ import torch
 import yaml
 from hydra import compose, initialize_config_dir
 
-from conftest import ROOT, TINY, run_train
+from conftest import HANG_GUARD_S, ROOT, TINY, run_train
 from ropelab import attention_maps, report
 from ropelab.model import LlamaConfig, build_model
 
@@ -139,7 +139,7 @@ def test_joblib_jobs_see_hydra_config_and_split_the_cores(tmp_path):
     app.write_text(JOBLIB_APP)
     result = subprocess.run([sys.executable, str(app), str(CONF), "-m", "hydra/launcher=joblib", "seed=0,1",
                              f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=300)
+                            timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-3000:]
     main_pid = int(result.stdout.split("main pid")[1].split()[0])
     found = [json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").glob("*/threads.json"))]
@@ -192,7 +192,7 @@ def test_report_cli_writes_into_the_sweep(tiny_sweep, tmp_path):
     sweep = tmp_path / "copy"
     shutil.copytree(tiny_sweep, sweep, ignore=shutil.ignore_patterns("wandb"))
     result = subprocess.run([sys.executable, "-m", "ropelab.report", str(sweep)], capture_output=True, text=True,
-                            timeout=120)
+                            timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (sweep / "report" / "report.md").is_file() and (sweep / "report" / "table.csv").is_file()
 
