@@ -163,8 +163,7 @@ def _train(cfg: DictConfig, run_dir: Path, sweep: bool, record_dir: Path | None,
     model = build_model(model_cfg, OmegaConf.to_container(cfg.pos, resolve=True))
     _init_and_surgery(model, cfg)
     lit = LitLM(model, cfg.optim, cfg.trainer.max_steps, diverge_grad_norm=cfg.trainer.diverge_grad_norm)
-    compiled, compile_why = machine.choose_compile(cfg.trainer.compile, accelerator)
-    if compiled:
+    if cfg.trainer.compile:
         model.compile()  # in place: state_dict keys stay those of the plain model
 
     loggers = [hydra.utils.instantiate(spec, save_dir=str(run_dir)) for spec in (cfg.logger or {}).values() if spec]
@@ -176,7 +175,7 @@ def _train(cfg: DictConfig, run_dir: Path, sweep: bool, record_dir: Path | None,
     callbacks = [FlushLoggers(), PositionalTrace(run_dir), progress, checkpoint]
     if kill := KillAtStep.from_env():
         callbacks.append(kill)
-    log.info("device %s, precision %s (%s), compile %s (%s)", accelerator, precision, why, compiled, compile_why)
+    log.info("device %s, precision %s (%s)", accelerator, precision, why)
     trainer = L.Trainer(
         accelerator=accelerator, devices=cfg.trainer.devices, max_steps=cfg.trainer.max_steps, precision=precision,
         gradient_clip_val=cfg.trainer.gradient_clip_val, val_check_interval=cfg.trainer.val_every,
@@ -194,8 +193,7 @@ def _train(cfg: DictConfig, run_dir: Path, sweep: bool, record_dir: Path | None,
         "positional_params": sum(p.numel() for p in model.pos.parameters()), "resumed_from_step": resumed_from,
         "init_from": cfg.init_from, "surgery": cfg.surgery,
         "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "accelerator": accelerator, "precision": precision, "compile": compiled,
-        "machine": machine.describe(accelerator),
+        "accelerator": accelerator, "precision": precision, "machine": machine.describe(accelerator),
     }
     runs.write_summary(run_dir, summary)
     start = time.time()
@@ -318,8 +316,9 @@ def main(cfg: DictConfig) -> float | None:
         return outcome("failed", _one_line(err))
     if summary.get("skipped"):
         runs.remove_if_unstarted(run_dir)  # a recorded job: Hydra's folder is all there is
-    for line in result_lines(summary, None if sweep else Path(summary.get("record") or run_dir)):
-        log.info(line)
+    if not (sweep and summary.get("skipped")):  # a sweep's skipped jobs: one line each (logged) and the summary
+        for line in result_lines(summary, None if sweep else Path(summary.get("record") or run_dir)):
+            log.info(line)
     if summary.get("skipped"):
         outcome("skipped", summary["skipped"])
     else:
