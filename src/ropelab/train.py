@@ -163,7 +163,8 @@ def _train(cfg: DictConfig, run_dir: Path, sweep: bool, record_dir: Path | None,
     model = build_model(model_cfg, OmegaConf.to_container(cfg.pos, resolve=True))
     _init_and_surgery(model, cfg)
     lit = LitLM(model, cfg.optim, cfg.trainer.max_steps, diverge_grad_norm=cfg.trainer.diverge_grad_norm)
-    if cfg.trainer.compile:
+    compiled, compile_why = machine.choose_compile(cfg.trainer.compile, accelerator)
+    if compiled:
         model.compile()  # in place: state_dict keys stay those of the plain model
 
     loggers = [hydra.utils.instantiate(spec, save_dir=str(run_dir)) for spec in (cfg.logger or {}).values() if spec]
@@ -175,7 +176,7 @@ def _train(cfg: DictConfig, run_dir: Path, sweep: bool, record_dir: Path | None,
     callbacks = [FlushLoggers(), PositionalTrace(run_dir), progress, checkpoint]
     if kill := KillAtStep.from_env():
         callbacks.append(kill)
-    log.info("device %s, precision %s (%s)", accelerator, precision, why)
+    log.info("device %s, precision %s (%s), compile %s (%s)", accelerator, precision, why, compiled, compile_why)
     trainer = L.Trainer(
         accelerator=accelerator, devices=cfg.trainer.devices, max_steps=cfg.trainer.max_steps, precision=precision,
         gradient_clip_val=cfg.trainer.gradient_clip_val, val_check_interval=cfg.trainer.val_every,
@@ -193,7 +194,8 @@ def _train(cfg: DictConfig, run_dir: Path, sweep: bool, record_dir: Path | None,
         "positional_params": sum(p.numel() for p in model.pos.parameters()), "resumed_from_step": resumed_from,
         "init_from": cfg.init_from, "surgery": cfg.surgery,
         "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "accelerator": accelerator, "precision": precision, "machine": machine.describe(accelerator),
+        "accelerator": accelerator, "precision": precision, "compile": compiled,
+        "machine": machine.describe(accelerator),
     }
     runs.write_summary(run_dir, summary)
     start = time.time()
