@@ -294,3 +294,40 @@ def test_train_py_init_from_and_surgery(tmp_path):
     summary = json.loads((spec / "summary.json").read_text())
     assert summary["surgery"] == "spectral" and summary["trainable_params"] == 3 * 2 * 8
     assert math.isfinite(summary["final"]["val/loss"])
+
+
+# ----------------------------------------------------------------------------------------------- the experiment
+
+
+def test_sawtooth_statistics():
+    from ropelab.surgery_experiment import binomial_two_sided, sawtooth, untrained_phase
+
+    saw = sawtooth(1e-3 * (-1.0) ** torch.arange(16).repeat(4, 1).numpy(), permutations=2000)
+    assert saw["alternation"] == 1.0 and saw["permutation_p"] < 0.01 and saw["lag1_autocorrelation"] < -0.9
+    assert saw["mean_abs_phase"] == pytest.approx(1e-3)
+    flat = sawtooth(torch.linspace(1e-4, 2e-3, 64).reshape(4, 16).numpy(), permutations=200)
+    assert flat["alternation"] == 0.0 and flat["positive_fraction"] == 1.0
+    assert binomial_two_sided(30, 60) == 1.0 and binomial_two_sided(60, 60) == pytest.approx(2 / 2 ** 60)
+    assert untrained_phase(64)["expected_mean_abs"] == pytest.approx(1e-3 * math.sqrt(2 / math.pi))
+
+
+def test_surgery_experiment_runs_and_reports(tmp_path):
+    """The whole experiment on a tiny model: pretrain, swap check, three arms, report (not its numbers)."""
+    import json
+    import subprocess
+
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "ropelab.surgery_experiment", "--tiny", "--pretrain-steps", "6",
+                           "--finetune-steps", "4", "--runs", str(tmp_path / "runs"), "--out", str(out)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((out / "surgery.json").read_text())
+    assert data["swap"]["bit_identical"] and data["swap_equal_to_control"]
+    assert set(data["arms"]) == {"control", "spectral_only", "spectral_all"}
+    assert data["arms"]["spectral_only"]["trainable_params"] == 3 * 2 * 8
+    for arm in ("spectral_only", "spectral_all"):
+        trace = data["arms"][arm]["trace"]
+        assert not any(any(row) for row in trace["phase_init"])  # Φ starts at exactly 0
+        assert 0 <= trace["sawtooth"]["alternation"] <= 1
+    report = (out / "README.md").read_text()
+    assert "## Verdict" in report and data["command"] in report and (out / "surgery.png").stat().st_size > 10_000
