@@ -86,7 +86,9 @@ def step_runs(device: str, tiny: bool, steps: int, runs_dir: Path, timeout: int)
 
 
 def step_bench(device: str, tiny: bool, out: Path, timeout: int) -> dict[str, Any]:
-    bench_json = out.with_name(out.stem + "-bench.json")
+    # the bench's own files: beside the output, but never as new files in the tracked bench/ folder
+    bench_json = (ROOT / "bench" / "out" if out.parent == ROOT / "bench" else out.parent) / f"{out.stem}-bench.json"
+    bench_json.parent.mkdir(parents=True, exist_ok=True)
     args = ["--quick"] if tiny else ["--levers", "--no-sweep-estimate", "--run-steps", "20"]
     result = _run([sys.executable, "-m", "ropelab.bench", "--device", device, "--silent", "--out", str(bench_json),
                    *args], timeout)
