@@ -36,6 +36,7 @@ EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call 
     "rope_base": {"task": {"bio_rotation", "indirect_indexing"}, "pos": {"rope", "spectral"},
                   "pos.base": {"1000", "5000", "10000", "50000", "100000"}},
     "cross_table": {"task": TASKS9, "pos": SCHEMES9},
+    "bio_phase": {"task.noise": {"lower", "same"}, "pos": {"rope", "spectral"}},
 }
 
 
@@ -330,19 +331,21 @@ def test_report_marks_failed_running_and_missing_runs(tmp_path):
     assert table.loc["rope", "n_runs"] == 3 and table.loc["rope", "n_failed"] == 1
     assert table.loc["rope", "n_completed"] == 2
     assert table.loc["rope", "val/loss_mean"] == pytest.approx(1.08)
-    assert table.loc["spectral", "n_runs"] == 4 and table.loc["spectral", "n_completed"] == 1
-    assert table.loc["spectral", "n_running"] == 1 and table.loc["spectral", "n_no_summary"] == 2
+    # the folder that never started training (seed 3) is listed apart, not counted in a cell
+    assert table.loc["spectral", "n_runs"] == 3 and table.loc["spectral", "n_completed"] == 1
+    assert table.loc["spectral", "n_running"] == 1 and table.loc["spectral", "n_no_summary"] == 1
     assert table.loc["spectral", "lockin_step_mean"] == 155
     assert table.loc["rope", "lockin_step_n"] == 0 and table.loc["rope", "lockin_step_defined"] == 2
     assert table.loc["spectral", "paper_lockin_step_mean"] == 150  # from conf/paper_values.yaml
 
     md = (out / "report.md").read_text()
-    assert "⚠ 1 failed" in md and "⚠ 1 running, 2 no summary" in md
+    assert "⚠ 1 failed" in md and "⚠ 1 running, 1 no summary" in md
+    assert "### Folders that never started training" in md and "`pos=spectral,seed=3,task=bio_rotation`" in md
     assert "1.080 ± 0.014 (n=2) ⚠ 1 failed · paper 1.07" in md
     assert "none (0/2)" in md and "155 (1/1)" in md
     assert "RuntimeError: boom" in md  # the failed run's error is listed
     runs = pd.read_csv(out / "runs.csv")
-    assert len(runs) == 7 and set(runs["status"]) == {"completed", "failed", "running", "no summary"}
+    assert len(runs) == 6 and set(runs["status"]) == {"completed", "failed", "running", "no summary"}
 
 
 def test_report_detects_the_swept_axes(tmp_path):
@@ -360,7 +363,7 @@ def test_report_detects_the_swept_axes(tmp_path):
             if base == 10000:
                 cfg["trainer"]["compile"] = False  # a key older runs lack: schema drift, not an axis
             (run / "config.yaml").write_text(yaml.safe_dump(cfg))
-    swept = report.Sweep(sweep, report.LockIn())
+    swept = report.Sweep(sweep, report.Landmarks())
     assert swept.col_keys == ["pos.name", "pos.base"]
     assert swept.columns() == ["rope base=1000", "rope base=10000", "spectral base=1000", "spectral base=10000"]
 
@@ -373,7 +376,7 @@ def test_report_detects_the_swept_axes(tmp_path):
 ])
 def test_lockin_step(loss, expected):
     metrics = pd.DataFrame({"step": np.arange(len(loss)), "train/loss": loss})
-    got = report.lockin_step(report.smoothed_train_loss(metrics, 10), report.LockIn())
+    got = report.lockin_step(report.smoothed_train_loss(metrics, 10), report.Landmarks())
     if expected is None:
         assert got is None
     elif math.isnan(expected):

@@ -15,11 +15,11 @@ Reads every run folder under SWEEP_DIR (``config.yaml``, ``summary.json``, ``met
 Metrics are those of ``summary.json``'s ``final`` block, over completed runs only; every other run is counted
 by status (failed, diverged, interrupted, running, no summary) in the table cell it belongs to, never dropped.
 
-Lock-in step of a run (Bifocal paper, Fig. 4): smooth ``train/loss`` with a trailing mean over
-``--smooth`` steps (10); the plateau is the median of the smoothed loss over steps ``--plateau`` (20–60); the
-lock-in step is the first step t ≥ the plateau window's start such that the smoothed loss stays below
-``--lockin-frac`` (0.5) × plateau at every logged step from t to the end of the run. "none" if it never does
-(or the final smoothed loss is not below the threshold); undefined for runs shorter than the plateau window.
+Landmarks of a run's train-loss curve (Bifocal paper, Fig. 4): the *onset*, where the loss leaves its early
+plateau, and the *lock-in*, where it crosses half the plateau for good (defined in ``ropelab.stats``; set by
+``--smooth``, ``--plateau``, ``--onset-drop``, ``--lockin-frac``). Sweeps whose columns are schemes also get
+scheme-against-scheme differences paired by seed with 95 % t intervals. The report lists the machines,
+precisions and code versions its runs ran on, and warns when one table mixes them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ropelab import machine
 from ropelab.runs import atomic_write_text
+from ropelab.stats import Landmarks, estimate, lockin_step, onset_step, paired_difference, train_loss
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 PAPER_VALUES = CONF_DIR / "paper_values.yaml"
@@ -47,6 +49,8 @@ PAPER_VALUES = CONF_DIR / "paper_values.yaml"
 METRICS = ["val/loss", "val/acc", "val/exact", "ood/acc", "test/acc", "train/loss"]
 PERCENT = {"val/acc", "val/exact", "ood/acc", "ood/exact", "test/acc", "test/exact"}
 LOCKIN = "lockin_step"
+ONSET = "onset_step"
+LANDMARKS = (ONSET, LOCKIN)
 STATUS_ORDER = ["completed", "failed", "diverged", "interrupted", "running", "no summary"]
 SKIP_DIRS = {"report", "wandb", "checkpoints", ".submitit", ".hydra", "__pycache__"}
 # config keys that never define a table column: bookkeeping, threads, loggers, evaluation batch size
@@ -61,20 +65,6 @@ GAMMA = "pos.momentum.gamma"
 
 
 @dataclass
-class LockIn:
-    smooth: int = 10
-    plateau: tuple[int, int] = (20, 60)
-    frac: float = 0.5
-
-    def describe(self) -> str:
-        a, b = self.plateau
-        return (f"smoothed train loss = trailing mean over {self.smooth} steps; plateau = its median over steps "
-                f"{a}–{b}; lock-in step = first step ≥ {a} after which the smoothed loss stays below "
-                f"{self.frac:g} × plateau until the end of the run; \"none\" if it never does; \"n/a\" if the run "
-                f"ends before step {b + 1}.")
-
-
-@dataclass
 class Run:
     path: Path
     rel: str
@@ -85,6 +75,7 @@ class Run:
     metrics: pd.DataFrame | None = None
     smoothed: pd.Series | None = None  # smoothed train/loss by step
     lockin: float | None = None  # step; NaN = none; None = undefined
+    onset: float | None = None  # step the loss leaves its plateau; NaN = never; None = undefined
     final: dict[str, float] = field(default_factory=dict)
 
 
@@ -169,28 +160,7 @@ def load_run(path: Path, sweep: Path) -> Run:
 
 
 def smoothed_train_loss(metrics: pd.DataFrame | None, window: int) -> pd.Series:
-    if metrics is None or "train/loss" not in metrics or "step" not in metrics:
-        return pd.Series(dtype=float)
-    s = metrics[["step", "train/loss"]].dropna().groupby("step")["train/loss"].last().sort_index()
-    return s.rolling(window, min_periods=1).mean()
-
-
-def lockin_step(smoothed: pd.Series, rule: LockIn) -> float | None:
-    """Lock-in step (see module doc) of a smoothed train-loss series indexed by step: a step, NaN for "none",
-    None when the run is too short to say."""
-    s = smoothed
-    a, b = rule.plateau
-    window = s[(s.index >= a) & (s.index <= b)]
-    if window.empty or s.index.max() <= b:
-        return None
-    threshold = rule.frac * float(window.median())
-    after = s[s.index >= a]
-    above = np.flatnonzero(after.to_numpy() >= threshold)
-    if not len(above):
-        return float(after.index[0])
-    if above[-1] == len(after) - 1:
-        return math.nan
-    return float(after.index[above[-1] + 1])
+    return train_loss(metrics).rolling(window, min_periods=1).mean()
 
 
 # ----------------------------------------------------------------------------------------------- the sweep
@@ -219,12 +189,16 @@ def _fmt_value(v: Any) -> str:
 
 
 class Sweep:
-    def __init__(self, root: Path, rule: LockIn):
+    def __init__(self, root: Path, rule: Landmarks):
         self.root, self.rule = Path(root), rule
-        self.runs = [load_run(p, self.root) for p in find_run_dirs(self.root)]
+        found = [load_run(p, self.root) for p in find_run_dirs(self.root)]
+        # a folder that never reached training (a rejected config, a job killed at start-up) has no table cell
+        self.never_started = [r for r in found if not r.full_config and r.status in ("no summary", "failed")]
+        self.runs = [r for r in found if r not in self.never_started]
         for run in self.runs:
             run.smoothed = smoothed_train_loss(run.metrics, rule.smooth)
             run.lockin = lockin_step(run.smoothed, rule)
+            run.onset = onset_step(train_loss(run.metrics), rule)
         self._fill_partial_configs()
         self.factors = self.detect_factors()
         self.row_key = "task.name"
@@ -364,7 +338,7 @@ def _num(x: float, metric: str) -> str:
         return "–"
     if metric in PERCENT:
         return f"{100 * x:.1f}"
-    if metric == LOCKIN:
+    if metric in LANDMARKS:
         return f"{x:.0f}"
     return f"{x:.3g}" if abs(x) < 0.01 else f"{x:.3f}"
 
@@ -393,11 +367,12 @@ def aggregate(sweep: Sweep, entries: list[dict]) -> pd.DataFrame:
             done = [r for r in runs if r.status == "completed"]
             for m in METRICS:
                 row[f"{m}_mean"], row[f"{m}_std"], row[f"{m}_n"] = _mean_std([r.final.get(m, math.nan) for r in done])
-            locks = [r.lockin for r in done if r.lockin is not None]
-            row[f"{LOCKIN}_mean"], row[f"{LOCKIN}_std"], row[f"{LOCKIN}_n"] = _mean_std(locks)
-            row[f"{LOCKIN}_defined"] = len(locks)
+            for landmark, attr in ((LOCKIN, "lockin"), (ONSET, "onset")):
+                steps = [getattr(r, attr) for r in done if getattr(r, attr) is not None]
+                row[f"{landmark}_mean"], row[f"{landmark}_std"], row[f"{landmark}_n"] = _mean_std(steps)
+                row[f"{landmark}_defined"] = len(steps)
             used = []
-            for m in METRICS + [LOCKIN]:
+            for m in METRICS + list(LANDMARKS):
                 e = paper_for(entries, config, m)
                 if e:
                     used.append(e["paper"])
@@ -414,8 +389,8 @@ def cell_text(row: pd.Series, metric: str, with_paper: bool = True) -> str:
     counts = Counter({s: int(row[f"n_{s.replace(' ', '_')}"]) for s in STATUS_ORDER})
     mean, std, k = row[f"{metric}_mean"], row[f"{metric}_std"], int(row[f"{metric}_n"])
     spread = "" if math.isnan(std) else f" ± {_num(std, metric)}"
-    if metric == LOCKIN:
-        defined = int(row[f"{LOCKIN}_defined"])
+    if metric in LANDMARKS:
+        defined = int(row[f"{metric}_defined"])
         if not n_done:
             text = "—"
         elif not defined:
@@ -728,9 +703,77 @@ def tex_table(df: pd.DataFrame, caption: str, label: str) -> str:
 
 def _metric_title(metric: str) -> str:
     if metric == LOCKIN:
-        return "lock-in step (mean ± SD over runs that locked in; locked/defined)"
+        return "lock-in step, half-plateau crossing (mean ± SD over runs that locked in; locked/defined)"
+    if metric == ONSET:
+        return "onset step, the loss leaves its plateau (mean ± SD over runs where it did; left/defined)"
     unit = " (%)" if metric in PERCENT else ""
     return f"final {metric}{unit}"
+
+
+def _landmark_text(step: float | None) -> str | int:
+    return "n/a" if step is None else "none" if math.isnan(step) else int(step)
+
+
+PAIRED = {"val/loss": "final val/loss", ONSET: "onset step", LOCKIN: "lock-in step"}
+
+
+def comparison_section(sweep: Sweep) -> list[str]:
+    """Per task and pair of columns: the difference (column − reference) in final val loss and in the two
+    landmarks, paired by seed, with a 95 % t interval; only for sweeps whose columns differ by scheme alone."""
+    columns = sweep.columns()
+    if sweep.col_keys != ["pos.name"] or len(columns) < 2:
+        return []
+    rows = []
+    for task in sweep.tasks():
+        by_column = {c: {r.config.get("seed"): r for r in sweep.runs_in(task, c) if r.status == "completed"}
+                     for c in columns}
+        for i, ref in enumerate(columns):
+            for other in columns[i + 1:]:
+                row = {"task": task, "pair": f"{other} − {ref}"}
+                for key, title in PAIRED.items():
+                    def values(c):
+                        return {seed: _run_value(r, key) for seed, r in by_column[c].items()}
+                    diff = paired_difference(values(other), values(ref))
+                    row[title] = diff.text("{:.0f}" if key in LANDMARKS else "{:.3f}") + (
+                        " *" if diff.excludes_zero() else "")
+                rows.append(row)
+    if not rows:
+        return []
+    return ["### Scheme against scheme, paired by seed", "",
+            "Mean difference over seeds that both schemes completed (same seed = same data and same backbone "
+            "initialisation), [95 % t interval], n pairs; `*` = the interval excludes 0. A landmark that a run "
+            "never reached (none) leaves its pair out.", "",
+            md_table(pd.DataFrame(rows).set_index("task"), "task"), ""]
+
+
+def _run_value(run: Run, key: str) -> float | None:
+    if key == ONSET:
+        return run.onset
+    if key == LOCKIN:
+        return run.lockin
+    return run.final.get(key)
+
+
+def machines_section(sweep: Sweep) -> list[str]:
+    """Which machines, precisions, torch versions and code versions the completed runs ran on; a warning when
+    one table mixes them."""
+    groups: Counter = Counter()
+    for run in sweep.runs:
+        s = run.summary or {}
+        info = s.get("machine")
+        if not info:
+            groups[("not recorded (older code)", "?", "?", "?")] += 1
+            continue
+        commit = (info.get("commit") or "?")[:7] + ("+edits" if info.get("dirty") else "")
+        groups[(machine.label(info), s.get("precision", "?"), info.get("torch", "?"), commit)] += 1
+    table = pd.DataFrame([{"machine": m, "precision": p, "torch": t, "commit": c, "runs": n}
+                          for (m, p, t, c), n in sorted(groups.items(), key=lambda kv: -kv[1])])
+    md = ["### Machines and code", "", md_table(table.set_index("machine"), "machine"), ""]
+    mixed = [name for name, col in (("machines", "machine"), ("precisions", "precision"), ("torch versions", "torch"),
+                                    ("code versions", "commit")) if table[col].nunique() > 1]
+    if mixed:
+        md += [f"⚠ This table mixes {', '.join(mixed)}: compare cells with that in mind.", ""]
+    return md
 
 
 def _steps(run: Run) -> int | None:
@@ -756,7 +799,7 @@ def budget_lines(sweep: Sweep) -> list[str]:
     return lines
 
 
-def write_report(sweep_dir: Path, out: Path | None = None, rule: LockIn | None = None, dpi: int = 100,
+def write_report(sweep_dir: Path, out: Path | None = None, rule: Landmarks | None = None, dpi: int = 100,
                  attention: bool = True, attn_layer: int = 0, paper_values: Path = PAPER_VALUES) -> Path:
     started = time.time()
     sweep_dir = Path(sweep_dir)
@@ -764,7 +807,7 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: LockIn | None =
         raise SystemExit(f"error: {sweep_dir} is not a folder")
     out = Path(out) if out else sweep_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    rule = rule or LockIn()
+    rule = rule or Landmarks()
     sweep = Sweep(sweep_dir, rule)
     entries = load_paper_values(paper_values)
     papers = _yaml(paper_values) or {}
@@ -790,13 +833,18 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: LockIn | None =
            "`running` = summary.json says running: in progress, or killed without a chance to record it; "
            "`no summary` = the job never reached training.", ""]
     md += ["### Runs per cell", "", md_table(status_pivot(agg, sweep)), ""]
+    md += machines_section(sweep)
+    if sweep.never_started:
+        md += ["### Folders that never started training", "",
+               "Not table cells: no config.yaml was written (a rejected config, or a job killed before training).",
+               "", *[f"- `{r.rel}`: {(r.summary or {}).get('error', r.status)}" for r in sweep.never_started], ""]
 
     runs_table = pd.DataFrame([{"run": r.rel, "status": r.status, **{k: sweep.value(r, k) for k in sweep.factors},
                                 "seed": r.config.get("seed"), "steps": _steps(r),
                                 "wall_seconds": (r.summary or {}).get("wall_seconds"),
                                 **{m: r.final.get(m) for m in METRICS},
-                                LOCKIN: ("n/a" if r.lockin is None else "none" if math.isnan(r.lockin)
-                                         else int(r.lockin)),
+                                **{name: _landmark_text(getattr(r, attr)) for name, attr in
+                                   ((ONSET, "onset"), (LOCKIN, "lockin"))},
                                 "error": (r.summary or {}).get("error", "")} for r in sweep.runs])
     runs_table["steps"] = runs_table["steps"].map(lambda v: "" if pd.isna(v) else int(v)).astype(object)
     atomic_write_text(out / "runs.csv", runs_table.to_csv(index=False))
@@ -808,18 +856,19 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: LockIn | None =
     md += ["## Results", "", "Accuracies in %, losses in nats per answer token. "
            "`paper` = the value in conf/paper_values.yaml for this task and column, where one exists.", ""]
     tex = [f"% ropelab report for {sweep_dir.name}; needs \\usepackage{{booktabs}}", ""]
-    for metric in METRICS + [LOCKIN]:
-        if metric != LOCKIN and agg[f"{metric}_n"].sum() == 0 and agg["n_completed"].sum() > 0:
+    for metric in METRICS + [ONSET, LOCKIN]:
+        if metric not in LANDMARKS and agg[f"{metric}_n"].sum() == 0 and agg["n_completed"].sum() > 0:
             continue  # the task never logs this metric
         table = pivot(agg, sweep, metric)
         md += [f"### {_metric_title(metric)}", "", md_table(table), ""]
         notes = {row.get(f"paper_{metric}_note") for _, row in agg.iterrows()
                  if isinstance(row.get(f"paper_{metric}_note"), str) and row.get(f"paper_{metric}_note")}
         md += [f"- paper: {n}" for n in sorted(notes)] + ([""] if notes else [])
-        if metric in ("val/loss", "val/acc", "ood/acc", "test/acc", LOCKIN):
+        if metric in ("val/loss", "val/acc", "ood/acc", "test/acc", ONSET, LOCKIN):
             tex.append(tex_table(table, f"{sweep_dir.name}: {_metric_title(metric)}",
                                  f"tab:{_safe(sweep_dir.name)}-{_safe(metric)}"))
-    md += ["Lock-in: " + rule.describe(), ""]
+    md += ["Landmarks: " + rule.describe(), ""]
+    md += comparison_section(sweep)
 
     deg = rel_degradation(agg, sweep, entries)
     if deg is not None:
@@ -901,11 +950,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plateau", type=int, nargs=2, default=(20, 60), metavar=("FROM", "TO"),
                    help="lock-in: plateau window in steps")
     p.add_argument("--lockin-frac", type=float, default=0.5, help="lock-in: fraction of the plateau loss")
+    p.add_argument("--onset-drop", type=float, default=0.1,
+                   help="onset: the loss has left its plateau when below (1 - this) × plateau")
     p.add_argument("--dpi", type=int, default=100)
     p.add_argument("--no-attention", action="store_true", help="skip the attention maps of γ sweeps")
     p.add_argument("--attn-layer", type=int, default=0, help="layer of the attention maps (-1: last)")
     args = p.parse_args(argv)
-    rule = LockIn(smooth=args.smooth, plateau=tuple(args.plateau), frac=args.lockin_frac)
+    rule = Landmarks(smooth=args.smooth, plateau=tuple(args.plateau), lockin_frac=args.lockin_frac,
+                     onset_drop=args.onset_drop)
     out = write_report(args.sweep_dir, args.out, rule, args.dpi, not args.no_attention, args.attn_layer)
     print(f"report: {out / 'report.md'}")
     return 0

@@ -1,0 +1,159 @@
+"""Records that last (results/<table>/<job>/), the report from records alone, landmarks, paired statistics and
+the bio-rotation phase diagram."""
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import TINY, run_train
+from ropelab import phase, report, runs
+from ropelab.stats import Landmarks, estimate, onset_step, paired_difference, t975
+
+SWEEP = ["-m", *TINY, "trainer.max_steps=3", "trainer.val_every=3", "name=tbl", "pos=rope,spectral", "seed=0"]
+
+
+def test_sweep_keeps_records_skips_them_in_a_fresh_folder_and_reports_from_them_alone(tmp_path):
+    record = tmp_path / "results" / "tbl"
+    first = run_train(*SWEEP, f"record={record}", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    jobs = sorted(p for p in record.iterdir() if p.is_dir())
+    assert len(jobs) == 2 and "pos=rope,seed=0" in jobs[0].name and "pos=spectral,seed=0" in jobs[1].name
+    for job in jobs:
+        names = {p.name for p in job.iterdir()}
+        assert {"config.yaml", "summary.json", "metrics.csv"} <= names and "checkpoints" not in names
+        summary = runs.read_summary(job)
+        assert summary["status"] == "completed"
+        assert summary["machine"]["cpu"]["model"] and summary["machine"]["torch"] and "commit" in summary["machine"]
+        assert summary["precision"] in ("32-true", "bf16-mixed") and summary["accelerator"] == "cpu"
+    assert (jobs[1] / "positional_trace.npz").is_file() and not (jobs[0] / "positional_trace.npz").exists()
+
+    # a fresh clone: no runs/ folder, the records only; the same command runs nothing
+    shutil.rmtree(tmp_path / "runs")
+    stamps = [(j / "summary.json").stat().st_mtime_ns for j in jobs]
+    again = run_train(*SWEEP, f"record={record}", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [(j / "summary.json").stat().st_mtime_ns for j in jobs] == stamps
+    assert not list((tmp_path / "runs").glob("tbl/pos=*/metrics.csv"))  # nothing trained
+
+    out = report.write_report(record, tmp_path / "rep")
+    md = (out / "report.md").read_text()
+    assert "| task | rope | spectral |" in md
+    assert "### Machines and code" in md and "mixes" not in md
+    table = pd.read_csv(out / "table.csv")
+    assert sorted(table["column"]) == ["rope", "spectral"] and (table["n_completed"] == 1).all()
+
+
+def test_a_missing_record_runs_only_that_job(tmp_path):
+    record = tmp_path / "results" / "tbl"
+    assert run_train(*SWEEP, f"record={record}", cwd=tmp_path).returncode == 0
+    shutil.rmtree(tmp_path / "runs")
+    rope, spectral = sorted(p for p in record.iterdir() if p.is_dir())
+    shutil.rmtree(spectral)
+    kept = (rope / "summary.json").stat().st_mtime_ns
+    assert run_train(*SWEEP, f"record={record}", cwd=tmp_path).returncode == 0
+    assert (rope / "summary.json").stat().st_mtime_ns == kept
+    assert runs.recorded(spectral)["status"] == "completed"
+
+
+def test_keep_record_replaces_a_record_whole(tmp_path):
+    run_dir, record = tmp_path / "run", tmp_path / "rec" / "job"
+    run_dir.mkdir()
+    runs.write_summary(run_dir, {"status": "completed", "v": 1})
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "last.ckpt").write_text("x")
+    runs.keep_record(run_dir, record)
+    runs.write_summary(run_dir, {"status": "completed", "v": 2})
+    runs.keep_record(run_dir, record)
+    assert runs.read_summary(record)["v"] == 2 and not (record / "checkpoints").exists()
+    assert sorted(p.name for p in record.parent.iterdir()) == ["job"]  # no staging left behind
+
+
+# ---------------------------------------------------------------------------------------------- landmarks
+
+def plateau_then_fall(onset: int, steps: int = 400, plateau: float = 1.2, seed: int = 0) -> pd.Series:
+    rng = np.random.default_rng(seed)
+    t = np.arange(steps)
+    loss = np.where(t < 20, 3.0 - (3.0 - plateau) * t / 20, plateau)
+    loss = np.where(t >= onset, plateau * np.exp(-(t - onset) / 30), loss)
+    return pd.Series(loss + rng.normal(0, 0.02, steps), index=t)
+
+
+@pytest.mark.parametrize("onset", [80, 150, 250])
+def test_onset_finds_the_step_the_loss_leaves_its_plateau(onset):
+    found = onset_step(plateau_then_fall(onset))
+    # 0.9 × plateau is reached ln(1/0.9) × 30 ≈ 3 steps after the fall starts; centred smoothing adds no lag
+    assert onset <= found <= onset + 8
+
+
+def test_onset_is_none_for_a_stall_and_undefined_for_a_short_run():
+    flat = pd.Series(np.full(400, 1.07), index=np.arange(400))
+    assert math.isnan(onset_step(flat))
+    assert onset_step(flat.iloc[:50]) is None
+
+
+def test_onset_precedes_lockin_on_the_same_curve():
+    curve = plateau_then_fall(150)
+    smoothed = curve.rolling(10, min_periods=1).mean()
+    rule = Landmarks()
+    from ropelab.stats import lockin_step
+    assert onset_step(curve, rule) < lockin_step(smoothed, rule)
+
+
+def test_t_interval_and_paired_difference_on_known_numbers():
+    est = estimate([1.0, 2.0, 3.0])
+    assert est.mean == 2.0 and est.sd == 1.0 and est.n == 3
+    assert est.half_width == pytest.approx(4.303 / math.sqrt(3))
+    assert t975(2) == 4.303 and t975(1000) == 1.96
+    diff = paired_difference({0: 5.0, 1: 7.0, 2: 6.0, 3: 1.0}, {0: 4.0, 1: 5.0, 2: 3.0})  # seed 3 unpaired
+    assert (diff.mean, diff.n) == (2.0, 3) and diff.excludes_zero() is False
+    tight = paired_difference({0: 1.0, 1: 1.1, 2: 0.9}, {0: 0.0, 1: 0.0, 2: 0.0})
+    assert tight.excludes_zero()
+
+
+# ---------------------------------------------------------------------------------------------- synthetic records
+
+def fake_record(root, name, pos, seed, curve, noise="lower", gap=(100, 200), pos_lr_scale=1.0, machine=None):
+    d = root / name
+    d.mkdir(parents=True)
+    config = {"task": {"name": "bio_rotation", "noise": noise, "gap_min": gap[0], "gap_max": gap[1]},
+              "pos": {"name": pos}, "seed": seed, "trainer": {"max_steps": len(curve)},
+              "data": {"batch_size": 32}, "optim": {"pos_lr_scale": pos_lr_scale}}
+    (d / "config.yaml").write_text(yaml.safe_dump(config))
+    pd.DataFrame({"step": curve.index, "train/loss": curve.values}).to_csv(d / "metrics.csv", index=False)
+    summary = {"status": "completed", "task": "bio_rotation", "pos": pos, "seed": seed,
+               "final": {"val/loss": float(curve.iloc[-1]), "val/acc": 0.5}, "precision": "32-true",
+               "machine": machine or {"cpu": {"model": "CPU A", "flags": ["avx2"]}, "torch": "2.13.0",
+                                      "commit": "a" * 40, "dirty": False}}
+    (d / "summary.json").write_text(json.dumps(summary))
+
+
+def test_phase_diagram_finds_the_cell_where_the_claim_holds(tmp_path):
+    table, sweep = tmp_path / "results" / "bifocal_table1", tmp_path / "results" / "bio_phase"
+    for seed in range(3):
+        # paper regime only with noise=same: rope stalls, spectral falls at ~150
+        fake_record(sweep, f"rope_same_{seed}", "rope", seed, pd.Series(np.full(400, 1.07)), noise="same")
+        fake_record(sweep, f"spec_same_{seed}", "spectral", seed, plateau_then_fall(150, seed=seed), noise="same")
+        # elsewhere both fall
+        fake_record(table, f"rope_lower_{seed}", "rope", seed, plateau_then_fall(140, seed=seed))
+        fake_record(table, f"spec_lower_{seed}", "spectral", seed, plateau_then_fall(150, seed=seed + 7))
+    out = phase.write([table, sweep], tmp_path / "out")
+    md = (out / "phase.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if "| claim" in line}
+    assert "claim holds" in rows["same"] and "claim does not hold" in rows["lower"]
+    assert (out / "phase_loss.png").is_file() and (out / "phase_diff.png").is_file()
+    assert len(pd.read_csv(out / "phase.csv")) == 12
+
+
+def test_report_warns_when_a_table_mixes_machines(tmp_path):
+    root = tmp_path / "tbl"
+    curve = plateau_then_fall(150)
+    fake_record(root, "a", "rope", 0, curve)
+    fake_record(root, "b", "spectral", 0, curve, machine={"cpu": {"model": "CPU B", "flags": ["avx2", "amx_bf16"]},
+                                                           "torch": "2.13.0", "commit": "b" * 40, "dirty": True})
+    md = (report.write_report(root, tmp_path / "rep") / "report.md").read_text()
+    assert "mixes machines" in md and "code versions" in md and "bbbbbbb+edits" in md
