@@ -167,11 +167,11 @@ def hf():
     return transformers
 
 
-def hf_tiny(hf, kv_heads=4, seed=0, rope_theta=10000.0):
+def hf_tiny(hf, kv_heads=4, seed=0, rope_theta=10000.0, rope=None):
     config = hf.LlamaConfig(vocab_size=23, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=64,
                             rms_norm_eps=1e-6, tie_word_embeddings=False, use_cache=False,
-                            rope_parameters={"rope_type": "default", "rope_theta": rope_theta})
+                            rope_parameters=rope or {"rope_type": "default", "rope_theta": rope_theta})
     torch.manual_seed(seed)
     return hf.LlamaForCausalLM._from_config(config, attn_implementation="sdpa", dtype=torch.float32).eval()
 
@@ -191,6 +191,17 @@ def test_hf_swap_keeps_logits(hf, fraction):
     assert (before - after).abs().max() <= HF_TOL_SWAP
     omega = spectral_parameters(model)["omega"]
     assert torch.equal(omega, inv_freq.expand_as(omega))
+
+
+def test_hf_swap_keeps_the_attention_scaling(hf):
+    """YaRN scales cos and sin (attention_scaling ≈ 1.07) and changes inv_freq: both are kept."""
+    model = hf_tiny(hf, rope={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                              "original_max_position_embeddings": 32})
+    assert model.model.rotary_emb.attention_scaling != 1.0
+    idx = tokens()
+    before = logits(model, idx)
+    spectralize(model)
+    assert (logits(model, idx) - before).abs().max() <= HF_TOL_SWAP
 
 
 def test_hf_matches_our_model_before_and_after_the_swap(hf):
