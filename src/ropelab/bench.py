@@ -344,15 +344,16 @@ def sweep_estimate(precision: str, device: str, steps: int, say: Callable, start
                 with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16, enabled=bench.autocast):
                     bench.model(inputs).float().argmax(-1)
 
-            def cpu_seconds(fn, n):
+            def cpu_seconds(fn, n):  # process CPU time; on CUDA, wall time (the GPU's time is not the process's)
+                clock = time.perf_counter if device == "cuda" else time.process_time
                 fn()  # warm-up
                 _sync(device)
                 out = []
                 for _ in range(n):
-                    c = time.process_time()
+                    c = clock()
                     fn()
                     _sync(device)
-                    out.append(time.process_time() - c)
+                    out.append(clock() - c)
                 return statistics.median(out)
 
             train_s = cpu_seconds(lambda: bench.step(*train_batch), steps)
