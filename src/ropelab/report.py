@@ -54,8 +54,9 @@ LANDMARKS = (ONSET, LOCKIN)
 STATUS_ORDER = ["completed", "failed", "diverged", "interrupted", "running", "no summary"]
 SKIP_DIRS = {"report", "wandb", "checkpoints", ".submitit", ".hydra", "__pycache__"}
 # config keys that never define a table column: bookkeeping, threads, loggers, evaluation batch size
-IGNORED_KEYS = {"seed", "name", "resume", "rerun", "retry_failed", "trainer.threads", "trainer.progress",
-                "data.eval_batch_size"}
+IGNORED_KEYS = {"seed", "name", "resume", "record", "rerun", "retry_failed", "trainer.threads", "trainer.progress",
+                "trainer.compile", "trainer.accelerator", "trainer.devices", "trainer.precision",
+                "data.eval_batch_size"}  # precision and machine: listed in "Machines and code" instead
 IGNORED_PREFIXES = ("logger.", "hydra.")
 TASK_ORDER = ["dyck3", "bio_rotation", "mod_arith", "indirect_indexing", "assoc_recall", "variable_tracking",
               "global_counting", "mean_pooling", "code_lm"]
