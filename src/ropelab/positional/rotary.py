@@ -6,33 +6,79 @@ pretrained HF checkpoint's q/k projections keep their meaning when its rotary mo
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from tasks.base import require
 
 FREQ_PROFILES = ("geometric", "single", "bandpass")
+BANDS = ("low", "mid", "high")  # thirds of the geometric spectrum's log range, lowest frequencies first
+
+
+def parse_profile(profile: str) -> tuple[str, str | None]:
+    """``"single@0.1"`` → ("single", "0.1"), ``"bandpass@low"`` → ("bandpass", "low"), ``"geometric"`` →
+    ("geometric", None): the family and the option written after ``@`` (one sweepable value per profile)."""
+    family, sep, option = str(profile).partition("@")
+    require(family in FREQ_PROFILES and (not sep or (family != "geometric" and option)), "pos.freqs", profile,
+            "geometric, single, single@<rad/token> (e.g. single@0.1), bandpass or bandpass@low|mid|high")
+    return family, option if sep else None
+
+
+def band_edges(n_pairs: int, base: float, band: str) -> tuple[float, float]:
+    """(low, high) of one third of the geometric spectrum base^(−2i/D), i = 0 … D/2−1, split in log frequency:
+    ``high`` = [θ_max · r^(1/3), θ_max], ``mid`` = [θ_max · r^(2/3), θ_max · r^(1/3)], ``low`` = [θ_min, θ_max ·
+    r^(2/3)], with θ_max = 1, θ_min = base^(−(D/2−1)/(D/2)) and r = θ_min / θ_max (float64)."""
+    require(band in BANDS, "pos.band", band, "low, mid, high or two numbers [low, high]")
+    log_min = -math.log(float(base)) * (n_pairs - 1) / n_pairs  # log θ_min; log θ_max = 0
+    k = {"high": 0, "mid": 1, "low": 2}[band]
+    return math.exp(log_min * (k + 1) / 3), math.exp(log_min * k / 3)
 
 
 def inverse_frequencies(n_pairs: int, profile: str = "geometric", base: float = 10000.0,
-                        single_freq: float | None = None, band: tuple[float, float] | None = None) -> torch.Tensor:
-    """Angular frequency per channel pair (float32, shape (n_pairs,)).
+                        single_freq: float | None = None, band=None) -> torch.Tensor:
+    """Angular frequency per channel pair in rad/token (float32, shape (n_pairs,)).
 
-    geometric: base^(-2i/D) for i = 0 … D/2-1 (RoPE; D = 2 * n_pairs).
-    single:    one frequency for every pair (default: the geometric spectrum's median).
-    bandpass:  geometric spacing restricted to [low, high] (default: the middle third of the geometric band).
+    geometric:        base^(-2i/D) for i = 0 … D/2-1 (RoPE; D = 2 * n_pairs).
+    single@F:         F for every pair (also ``single`` with ``single_freq=F``; plain ``single``: the geometric
+                      spectrum's median, base^(−1/2) = 0.01 at base 10000 and D/2 = 16).
+    bandpass@third:   n_pairs frequencies log-spaced over one third (low | mid | high) of the geometric spectrum's
+                      log range (``band_edges``); also ``bandpass`` with ``band=low|mid|high`` or ``band=[low, high]``;
+                      plain ``bandpass`` is the middle third.
     """
-    require(profile in FREQ_PROFILES, "pos.freqs", profile, f"one of {', '.join(FREQ_PROFILES)}")
-    require(isinstance(base, (int, float)) and base > 1, "pos.base", base, "a number > 1")
+    family, option = parse_profile(profile)
+    require(isinstance(base, (int, float)) and not isinstance(base, bool) and base > 1, "pos.base", base,
+            "a number > 1")
     geometric = 1.0 / (float(base) ** (torch.arange(0, 2 * n_pairs, 2, dtype=torch.int64).float() / (2 * n_pairs)))
-    if profile == "geometric":
+    if family == "geometric":
         return geometric
-    if profile == "single":
-        freq = float(geometric.median()) if single_freq is None else float(single_freq)
-        require(freq > 0, "pos.single_freq", single_freq, "a number > 0")
-        return torch.full((n_pairs,), freq)
-    low, high = band if band is not None else (float(geometric[2 * n_pairs // 3]), float(geometric[n_pairs // 3]))
-    require(0 < low <= high, "pos.band", band, "two numbers 0 < low <= high")
-    return torch.logspace(torch.log10(torch.tensor(high)), torch.log10(torch.tensor(low)), n_pairs)
+    if family == "single":
+        require(option is None or single_freq is None, "pos.single_freq", single_freq,
+                f"null when pos.freqs={profile} names the frequency")
+        if option is not None:
+            try:
+                single_freq = float(option)
+            except ValueError:
+                require(False, "pos.freqs", profile, "single@<a number > 0 in rad/token>, e.g. single@0.1")
+        freq = float(geometric.median()) if single_freq is None else single_freq
+        require(isinstance(freq, (int, float)) and not isinstance(freq, bool) and freq > 0,
+                "pos.freqs" if option is not None else "pos.single_freq", profile if option is not None else freq,
+                "a frequency > 0 in rad/token")
+        return torch.full((n_pairs,), float(freq))
+    require(option is None or band is None, "pos.band", band, f"null when pos.freqs={profile} names the band")
+    band = option if option is not None else ("mid" if band is None else band)
+    if isinstance(band, str):
+        require(band in BANDS, "pos.freqs" if option is not None else "pos.band", profile if option is not None
+                else band, "bandpass@low|mid|high (thirds of the geometric spectrum)")
+        low, high = band_edges(n_pairs, base, band)
+    else:
+        ok = isinstance(band, (list, tuple)) and len(band) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in band)
+        require(ok and 0 < band[0] <= band[1], "pos.band", band,
+                "low, mid, high or two numbers [low, high] with 0 < low <= high")
+        low, high = float(band[0]), float(band[1])
+    exponents = torch.linspace(0.0, 1.0, n_pairs, dtype=torch.float64)
+    return torch.exp(math.log(high) + exponents * (math.log(low) - math.log(high))).float()
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
