@@ -103,3 +103,197 @@ def test_momentum_freqs_sweeps_the_seven_profiles():
     for profile in params["pos.freqs"]:  # every job of the sweep builds
         one = _compose("experiment=momentum_freqs", f"pos.freqs={profile}", "task=mean_pooling")
         assert one.pos.freqs == profile and one.record == "results/momentum_freqs"
+
+
+# ------------------------------------------------------------------------------ degradation on a synthetic record set
+
+ACC = {  # task → (a(γ=0), a(γ=2)) per seed 0, 1, 2
+    "assoc_recall": ([0.8, 0.8, 0.8], [0.6, 0.6, 0.6]),           # 25 % each seed
+    "variable_tracking": ([0.4, 0.4, 0.4], [0.4, 0.4, 0.4]),      # 0
+    "global_counting": ([0.5, 0.5, 0.5], [0.45, 0.4, 0.5]),       # 10, 20, 0
+    "mean_pooling": ([1.0, 1.0, 1.0], [0.9, 0.9, 0.9]),           # 10
+}
+
+
+def _values(acc=ACC):
+    import pandas as pd
+
+    return pd.DataFrame([{"task": t, "gamma": g, "seed": s, "value": a[s]} for t, pair in acc.items()
+                         for g, a in zip((0.0, 2.0), pair) for s in range(len(a))])
+
+
+def test_degradation_per_task_and_averages():
+    d = mr.degradation(_values())
+    assert d.per_task["assoc_recall"].mean == pytest.approx(25) and d.per_task["assoc_recall"].sd == pytest.approx(0)
+    gc = d.per_task["global_counting"]
+    assert (gc.mean, gc.sd, gc.n) == (pytest.approx(10), pytest.approx(10), 3)
+    assert gc.half_width == pytest.approx(t975(2) * 10 / math.sqrt(3))          # 24.84: the t interval over seeds
+    assert d.per_task_of_means["global_counting"] == pytest.approx(100 * (0.5 - 0.45) / 0.5)
+    # ∫ tasks: per seed (gc + mp) / 2 = 10, 15, 5
+    integral = d.mean_of_drops["∫ tasks"]
+    assert (integral.mean, integral.sd, integral.n) == (pytest.approx(10), pytest.approx(5), 3)
+    # all four: per seed 11.25, 13.75, 8.75
+    four = d.mean_of_drops["all four"]
+    assert (four.mean, four.sd) == (pytest.approx(11.25), pytest.approx(2.5))
+    # drop of the task-mean accuracy: Ā(0) = 0.675; Ā(2) = 0.5875, 0.575, 0.6 per seed
+    expected = [100 * (0.675 - a) / 0.675 for a in (0.5875, 0.575, 0.6)]
+    assert d.drop_of_mean["all four"].mean == pytest.approx(np.mean(expected))
+    assert d.drop_of_mean["all four"].sd == pytest.approx(np.std(expected, ddof=1))
+    assert d.absolute["all four"].mean == pytest.approx(np.mean([8.75, 10, 7.5]))
+
+
+def test_degradation_pairs_by_seed_and_drops_incomplete_seeds():
+    values = _values()
+    values = values[~((values["task"] == "mean_pooling") & (values["gamma"] == 2.0) & (values["seed"] == 2))]
+    d = mr.degradation(values)
+    assert d.per_task["mean_pooling"].n == 2 and d.per_task["global_counting"].n == 3
+    assert d.seeds["∫ tasks"] == [0, 1] and d.mean_of_drops["∫ tasks"].mean == pytest.approx(12.5)
+    one_gamma = values[values["gamma"] == 0.0]
+    assert mr.degradation(one_gamma).per_task == {}
+
+
+# ------------------------------------------------------------------------------ γ verdicts on synthetic curves
+
+GAMMAS = (0.0, 0.3, 0.5, 0.7, 1.0, 2.0)
+NOISE = np.array([[0.004, -0.003, 0.002, -0.004, 0.003, -0.002],
+                  [-0.002, 0.004, -0.003, 0.002, -0.004, 0.003],
+                  [0.001, -0.002, 0.003, 0.001, -0.001, 0.002]])
+
+
+def _curve(means, noise=NOISE):
+    return {g: {s: means[i] + noise[s][i] for s in range(len(noise))} for i, g in enumerate(GAMMAS)}
+
+
+@pytest.mark.parametrize("means, label", [
+    ([0.50, 0.55, 0.60, 0.65, 0.70, 0.75], "monotone gain"),
+    ([0.50, 0.60, 0.70, 0.60, 0.50, 0.40], "inverted U"),
+    ([0.75, 0.70, 0.65, 0.60, 0.55, 0.50], "monotone drop"),
+    ([0.60, 0.50, 0.40, 0.50, 0.60, 0.70], "U"),
+    ([0.50, 0.50, 0.51, 0.49, 0.50, 0.50], "flat"),
+])
+def test_gamma_verdicts_on_synthetic_curves(means, label):
+    v = mr.gamma_verdict(_curve(means))
+    assert v.label == label, v.reason
+    if label == "inverted U":
+        assert v.peak == 0.5
+    assert set(v.diffs) == set(GAMMAS[1:]) and v.means[0.0].n == 3
+
+
+def test_gamma_verdict_needs_the_spread_not_the_means():
+    # the means rise by 5 points per step, but the seeds disagree in sign: no trend is shown
+    spread = {g: {0: 0.5 + 0.2 * i / 5, 1: 0.5 - 0.15 * i / 5, 2: 0.5 + 0.1 * i / 5} for i, g in enumerate(GAMMAS)}
+    assert mr.gamma_verdict(spread).label == "no clear change"
+    # mean Δ is 0 at every γ but the seeds scatter by ±10 points: not "flat"
+    wide = {g: ({0: 0.5, 1: 0.5, 2: 0.5} if g == 0 else {0: 0.6, 1: 0.4, 2: 0.5}) for g in GAMMAS}
+    v = mr.gamma_verdict(wide)
+    assert v.label == "no clear change" and "flatness not shown" in v.reason
+    assert mr.gamma_verdict(wide, margin=0.5).label == "flat"
+    # a consistent jump at γ = 0.3 with seeds that disagree on the trend afterwards: "other"
+    other = {0.0: {0: 0.5, 1: 0.5, 2: 0.5}, 0.3: {0: 0.6, 1: 0.6, 2: 0.6},
+             **{g: {0: 0.9, 1: 0.3, 2: 0.6} for g in GAMMAS[2:]}}
+    v = mr.gamma_verdict(other)
+    assert v.label == "other" and "0.3" in v.reason
+    assert mr.gamma_verdict({0.0: {0: 0.5}, 2.0: {0: 0.7}}).label == "too few seeds"
+
+
+# ------------------------------------------------------------------------------ sharpening on synthetic attention
+
+def _uniform(T):
+    w = np.tril(np.ones((T, T)))
+    return w / w.sum(-1, keepdims=True)
+
+
+def test_local_mass_on_synthetic_attention():
+    T = 10
+    eye = np.broadcast_to(np.eye(T), (2, 4, T, T))       # (layers, heads, T, T): all mass on the query itself
+    assert mr.local_mass(eye, k=1) == pytest.approx(1) and mr.local_mass(eye, k=3) == pytest.approx(1)
+    previous = np.eye(T, k=-1)
+    previous[0, 0] = 1                                     # each query on the token before it
+    assert mr.local_mass(previous, k=1) == pytest.approx(0) and mr.local_mass(previous, k=2) == pytest.approx(1)
+    first = np.zeros((T, T))
+    first[:, 0] = 0.5
+    first[np.arange(T), np.arange(T)] += 0.5               # half on itself, half on the first token
+    assert mr.local_mass(first, k=3) == pytest.approx(0.5)  # queries i ≥ 3 only: token 0 is outside their band
+    assert mr.local_mass(_uniform(T), k=3) == pytest.approx(mr.uniform_local_mass(T, 3))
+    assert mr.uniform_local_mass(T, 3) == pytest.approx(np.mean([3 / (i + 1) for i in range(3, T)]))
+    # heads differ: the mean over heads
+    heads = np.stack([np.eye(T), _uniform(T)])
+    assert mr.local_mass(heads, k=3) == pytest.approx((1 + mr.uniform_local_mass(T, 3)) / 2)
+    mass, ref = mr.sharpening([np.eye(6)[None], _uniform(12)[None]], k=3)
+    assert mass == pytest.approx((1 + mr.uniform_local_mass(12, 3)) / 2)
+    assert ref == pytest.approx((mr.uniform_local_mass(6, 3) + mr.uniform_local_mass(12, 3)) / 2)
+    assert math.isnan(mr.local_mass(np.eye(3), k=3))
+
+
+# ------------------------------------------------------------------------------ the section on a tiny record set
+
+def _fake_sweep(root, tasks=("assoc_recall", "mean_pooling"), gammas=(0.0, 0.5, 2.0), seeds=(0, 1), checkpoints=False,
+                freqs=("geometric",)):
+    """Run folders as a sweep leaves them (config.yaml, summary.json; checkpoints of an untrained tiny model)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    for task in tasks:
+        for profile in freqs:
+            for g in gammas:
+                for s in seeds:
+                    cfg = _compose(f"task={task}", "pos=rope", f"pos.freqs={profile}", f"pos.momentum.gamma={g}",
+                                   f"seed={s}", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+                                   "model.mlp_hidden=32", "data.val_size=8", "data.eval_batch_size=8")
+                    cfg = OmegaConf.to_container(cfg, resolve=False)
+                    cfg.pop("hydra")
+                    job = root / f"pos.freqs={profile},pos.momentum.gamma={g:g},pos=rope,seed={s},task={task}"
+                    job.mkdir(parents=True)
+                    (job / "config.yaml").write_text(yaml.safe_dump(cfg))
+                    # assoc_recall gains with γ; mean_pooling drops 10 % at γ = 2
+                    acc = {"assoc_recall": 0.4 + 0.1 * g + 0.01 * s, "mean_pooling": 0.5 - 0.025 * g + 0.01 * s}[task]
+                    (job / "summary.json").write_text(json.dumps({"status": "completed", "steps": 10, "task": task,
+                                                                  "pos": "rope", "seed": s, "final": {"val/acc": acc}}))
+                    if checkpoints:
+                        from ropelab.attention_maps import model_from_config
+
+                        torch.manual_seed(s)
+                        model, _ = model_from_config(cfg)
+                        (job / "checkpoints").mkdir()
+                        torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}},
+                                   job / "checkpoints" / "last.ckpt")
+    return root
+
+
+def test_momentum_report_on_a_tiny_record_set(tmp_path):
+    sweep = _fake_sweep(tmp_path / "momentum_gamma", checkpoints=True)
+    path = mr.write(sweep, tmp_path / "out", n_examples=2, ckpt_roots=[])
+    md = path.read_text()
+    # degradation: assoc_recall gains (negative drop), mean_pooling drops 0.05 / 0.5 = 10 % (seed 0), 0.05/0.51 (seed 1)
+    assert "Degradation γ = 0 → 2" in md and "geometric" in md
+    d = mr.degradation(mr.seed_table(__import__("ropelab.report", fromlist=["Sweep"]).Sweep(
+        sweep, __import__("ropelab.stats", fromlist=["Landmarks"]).Landmarks())).query("group == 'freqs=geometric'"))
+    assert d.per_task["mean_pooling"].mean == pytest.approx(100 * np.mean([0.05 / 0.5, 0.05 / 0.51]))
+    assert d.per_task["assoc_recall"].mean < 0
+    assert "9.8" in md  # the paper's geometric value beside ours
+    # verdicts: assoc_recall's rise is the same in both seeds → monotone gain
+    assert "| assoc_recall | monotone gain | monotone gain |" in md
+    # sharpening table and the figures
+    assert "Attention sharpening" in md and "uniform" in md
+    assert (tmp_path / "out" / "attention_momentum.png").stat().st_size > 5000
+    assert (tmp_path / "out" / "gamma_response_geometric.png").stat().st_size > 5000
+    assert "Momentum claims" in md and "associative recall improves monotonically" in md
+    assert "1 layers, hidden 32, 2 heads" in md
+
+
+def test_freqs_sweep_report_has_a_row_per_profile(tmp_path):
+    sweep = _fake_sweep(tmp_path / "momentum_freqs", gammas=(0.0, 2.0), freqs=("geometric", "single@1", "bandpass@low"))
+    md = mr.write(sweep, tmp_path / "out", attention=False, ckpt_roots=[]).read_text()
+    for profile in ("geometric", "single@1", "bandpass@low"):
+        assert f"| {profile} |" in md
+    assert "15.8" in md and "16.5" in md  # the paper's single and band-pass values, by family
+    assert "Accuracy against γ" not in md  # two γ values: no curve to judge
+
+
+def test_the_sweep_report_carries_the_momentum_section(tmp_path):
+    from ropelab import report
+
+    sweep = _fake_sweep(tmp_path / "momentum_gamma", tasks=("mean_pooling",))
+    md = (report.write_report(sweep, tmp_path / "out", attention=False) / "report.md").read_text()
+    assert "## Momentum attention" in md and "Degradation γ = 0 → 2" in md and "| mean_pooling | flat |" in md

@@ -14,12 +14,13 @@ Definitions (every interval is a 95 % Student t interval over seeds, ``ropelab.s
   with Ā the mean accuracy over the task set — and the **absolute** drop Ā(γ₀) − Ā(γ₁) in points.
 * **γ verdicts** (``gamma_verdict``), per task, against the seed spread: Δ(γ) = a(γ) − a(γ_first) paired by seed;
   slope = per seed, the least-squares slope of accuracy against the *rank* of γ (0, 1, …, so the wide 1 → 2 step
-  does not dominate), t interval over seeds. In this order: **inverted U** if the interior γ with the highest
-  mean is significantly above both ends (both paired intervals > 0); **U** for the mirror case; **monotone gain**
-  if the slope's interval is > 0; **monotone drop** if it is < 0; **flat** if no Δ(γ) interval excludes 0 and
-  every one lies within ±``margin`` (5 points by default: an equivalence test, so "flat" is shown, not merely
-  "nothing detected"); **no clear change** if no Δ excludes 0 but some interval is wider than ±margin;
-  **other** if some Δ excludes 0 without any of these shapes.
+  does not dominate), t interval over seeds. In this order: **flat** if every Δ(γ) interval lies within
+  ±``margin`` (5 points by default) — an equivalence test: any change is smaller than the margin with 95 %
+  confidence, even if a tiny one is significant; **inverted U** if the interior γ with the highest mean is
+  significantly above both ends (both paired intervals > 0); **U** for the mirror case; **monotone gain** if
+  the slope's interval is > 0; **monotone drop** if it is < 0; **no clear change** if no Δ(γ) interval excludes 0
+  (but some is wider than ±margin: flatness not shown either); **other** if some Δ excludes 0 without any of
+  these shapes.
 * **Sharpening** (``local_mass``): the attention mass a query puts on its k most recent tokens, itself included
   (keys i−k < j ≤ i), averaged over queries i ≥ k, heads, layers and validation examples; uniform causal
   attention gives ``uniform_local_mass``. The paper's "the diagonal sharpens as γ grows" = this number rises
@@ -153,6 +154,11 @@ def gamma_verdict(by_gamma: Mapping[float, Mapping[Any, float]], margin: float =
         return f"{unit * e.mean:+.1f} [{unit * e.low:+.1f}, {unit * e.high:+.1f}]"
 
     slope_text = f"slope per γ step {ci(slope)} pts"
+    defined = {g: d for g, d in diffs.items() if d.n > 1}
+    widest = max(max(abs(d.low), abs(d.high)) for d in defined.values())
+    if widest <= margin:
+        return Verdict("flat", f"every Δ(γ) interval within ±{100 * margin:g} pts (widest reach "
+                       f"{100 * widest:.1f}); {slope_text}", slope, diffs, means)
     interior = gammas[1:-1]
     if interior:
         top = max(interior, key=lambda g: means[g].mean if means[g].n else -math.inf)
@@ -171,15 +177,10 @@ def gamma_verdict(by_gamma: Mapping[float, Mapping[Any, float]], margin: float =
     if slope.n > 1 and slope.high < 0:
         return Verdict("monotone drop", f"{slope_text} < 0; γ={last:g} − γ={first:g}: {ci(diffs[last])} pts",
                        slope, diffs, means)
-    defined = {g: d for g, d in diffs.items() if d.n > 1}
     significant = [g for g, d in defined.items() if d.excludes_zero()]
     if significant:
         return Verdict("other", "significant Δ at γ=" + ", ".join(f"{g:g} ({ci(diffs[g])} pts)" for g in significant)
                        + f", no trend or single peak; {slope_text}", slope, diffs, means)
-    widest = max(max(abs(d.low), abs(d.high)) for d in defined.values())
-    if widest <= margin:
-        return Verdict("flat", f"every Δ(γ) interval within ±{100 * margin:g} pts (widest reach "
-                       f"{100 * widest:.1f}); {slope_text}", slope, diffs, means)
     return Verdict("no clear change", f"no Δ(γ) interval excludes 0, but they reach ±{100 * widest:.1f} pts "
                    f"(> ±{100 * margin:g}): flatness not shown; {slope_text}", slope, diffs, means)
 
@@ -318,11 +319,11 @@ def verdict_section(table: pd.DataFrame, out: Path, dpi: int, margin: float) -> 
     head = ["### Accuracy against γ: verdicts", "",
             "val/acc in %, mean [95 % t interval] (n seeds). The verdict is a test against the seed spread "
             f"(ropelab.momentum_report.gamma_verdict): Δ(γ) = a(γ) − a(γ=0) paired by seed; slope = per seed the "
-            "least-squares slope of accuracy against γ's rank, t interval over seeds. In order: **inverted U** = the "
-            "best interior γ significantly above both ends; **U** = the mirror; **monotone gain / drop** = the "
-            f"slope's interval above / below 0; **flat** = no Δ(γ) interval excludes 0 and all lie within "
-            f"±{100 * margin:g} pts; **no clear change** = none excludes 0 but some is wider than that; **other** = "
-            "a significant Δ without those shapes.", ""]
+            "least-squares slope of accuracy against γ's rank, t interval over seeds. In order: **flat** = every "
+            f"Δ(γ) interval within ±{100 * margin:g} pts (an equivalence test); **inverted U** = the best interior γ "
+            "significantly above both ends; **U** = the mirror; **monotone gain / drop** = the slope's interval "
+            "above / below 0; **no clear change** = no Δ excludes 0 but some interval is wider than the margin; "
+            "**other** = a significant Δ without those shapes.", ""]
     return head + md + [f"![accuracy against γ]({f.name})" for f in figures] + [""], verdicts
 
 
@@ -447,7 +448,7 @@ def plot_gamma_response(table: pd.DataFrame, verdicts: dict, group: str, out: Pa
     axes[0][0].legend(fontsize=7, loc="best")
     fig.suptitle(f"accuracy against γ ({group.replace('freqs=', 'profile ')}); grey: one line per seed", fontsize=9)
     fig.tight_layout()
-    path = out / f"gamma_response_{_safe(group)}.png"
+    path = out / f"gamma_response_{_safe(group.replace('freqs=', ''))}.png"
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
@@ -501,7 +502,11 @@ def claims_section(sweep, degradation_results: dict, verdicts: dict, masses: dic
     """claim | ours | verdict | conditions: the README's momentum table, filled from this sweep."""
     from ropelab.report import budget_lines, md_table
 
-    conditions = "; ".join(budget_lines(sweep)) + "; rope base 10000, 4 layers, hidden 128, 4 heads; val/acc"
+    cfg = sweep.runs[0].config if sweep.runs else {}
+    conditions = "; ".join(budget_lines(sweep)) + (
+        f"; {cfg.get('pos.name', 'rope')} base {cfg.get('pos.base', '?')}, {cfg.get('model.n_layers', '?')} layers, "
+        f"hidden {cfg.get('model.d_model', '?')}, {cfg.get('model.n_heads', '?')} heads; final val/acc; "
+        f"seeds {', '.join(sorted({str(r.config.get('seed')) for r in sweep.runs}))}")
     rows = []
     for (group, task), v in verdicts.items():
         if group != "freqs=geometric" or task not in CLAIMS:

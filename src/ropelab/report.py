@@ -881,6 +881,10 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: Landmarks | Non
         tex.append(tex_table(deg.map(lambda v: "--" if pd.isna(v) else f"{v:.1f}"),
                              f"{sweep_dir.name}: relative degradation vs gamma=0 (val/acc, %)",
                              f"tab:{_safe(sweep_dir.name)}-degradation"))
+    if GAMMA in sweep.col_keys:  # momentum study (issue 10): degradation by seed, γ verdicts, sharpening
+        from ropelab import momentum_report
+        md += momentum_report.section(sweep, out, dpi, attention, attn_layer,
+                                      ckpt_roots=momentum_report.default_ckpt_roots(sweep_dir))
 
     figures: list[str] = []
     for task in sweep.tasks():
