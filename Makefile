@@ -50,9 +50,21 @@ pope: $(STAMP)
 	$(PY) train.py -m experiment=pope_indirect $(SWEEP_LAUNCHER) $(ARGS)
 	$(PY) train.py -m experiment=pope_indirect pos=alibi pos.heads_fraction=0.5 $(SWEEP_LAUNCHER) $(ARGS)
 
+# both momentum sweeps (72 + 168 jobs × 1,000 steps), then their reports from the records in results/momentum_*
+# (attention maps from runs/momentum_*/<job>/checkpoints). Resumable: run it again — recorded and completed jobs
+# are skipped, interrupted ones resume; a failed job does not stop the rest (exit 1 at the end).
+# E.g. make momentum LAUNCHER=joblib ARGS="trainer.threads=1"
 momentum: $(STAMP)
-	$(PY) train.py -m experiment=momentum_gamma $(SWEEP_LAUNCHER) $(ARGS)
-	$(PY) train.py -m experiment=momentum_freqs $(SWEEP_LAUNCHER) $(ARGS)
+	@status=0; \
+	$(PY) train.py -m experiment=momentum_gamma $(SWEEP_LAUNCHER) $(ARGS) || status=1; \
+	$(PY) train.py -m experiment=momentum_freqs $(SWEEP_LAUNCHER) $(ARGS) || status=1; \
+	for s in momentum_gamma momentum_freqs; do \
+	  if [ -d results/$$s ]; then \
+	    $(PY) -m ropelab.report results/$$s --out results/$$s/report --no-attention || status=1; \
+	    $(PY) -m ropelab.momentum_report results/$$s --out results/$$s/report --checkpoints runs/$$s || status=1; \
+	  fi; \
+	done; \
+	exit $$status
 
 report: $(STAMP)
 	@test -n "$(SWEEP)" || { echo "usage: make report SWEEP=runs/<name> [ARGS='--out DIR']" >&2; exit 2; }

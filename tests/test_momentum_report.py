@@ -297,3 +297,15 @@ def test_the_sweep_report_carries_the_momentum_section(tmp_path):
     sweep = _fake_sweep(tmp_path / "momentum_gamma", tasks=("mean_pooling",))
     md = (report.write_report(sweep, tmp_path / "out", attention=False) / "report.md").read_text()
     assert "## Momentum attention" in md and "Degradation γ = 0 → 2" in md and "| mean_pooling | flat |" in md
+
+
+def test_make_momentum_runs_both_sweeps_then_reports_from_the_records():
+    import subprocess
+
+    plan = subprocess.run(["make", "-n", "momentum", "STAMP=Makefile"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+    assert plan.index("experiment=momentum_gamma") < plan.index("experiment=momentum_freqs") \
+        < plan.index("ropelab.momentum_report results/$s")
+    assert "|| status=1" in plan and "exit $status" in plan  # a failed job does not stop the other sweep
+    for name in ("momentum_gamma", "momentum_freqs"):
+        assert _compose(f"experiment={name}").record == f"results/{name}"  # recorded jobs are skipped on a rerun
