@@ -446,7 +446,8 @@ def plot_gamma_response(table: pd.DataFrame, verdicts: dict, group: str, out: Pa
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
     axes[0][0].legend(fontsize=7, loc="best")
-    fig.suptitle(f"accuracy against γ ({group.replace('freqs=', 'profile ')}); grey: one line per seed", fontsize=9)
+    fig.suptitle(f"accuracy against γ ({group.replace('freqs=', 'profile ')}); grey: one line per seed; bars: 95 % t "
+                 "interval of each γ's mean (the verdict tests seed-paired differences, narrower)", fontsize=9)
     fig.tight_layout()
     path = out / f"gamma_response_{_safe(group.replace('freqs=', ''))}.png"
     fig.savefig(path, dpi=dpi)
