@@ -1,15 +1,27 @@
 """indirect_indexing — PoPE's indirect indexing task (PoPE paper, appendix B.1).
 
-One decoded example (the paper's, ``QEOHoUbKfeSrMVNlCzXu, z, -3, N``):
+Two token formats (``format``), the same examples (the same draws give the same string, source letter,
+shift and answer in both):
+
+``paper`` (default) — appendix B.1's character format, one token per character, separators included. The
+paper's example ``QEOHoUbKfeSrMVNlCzXu, z, -3, N`` is the token sequence
+
+    <bos> Q E O H o U b K f e S r M V N l C z X u , ␣ z , ␣ - 3 , ␣ N
+          source string (unique letters)          src     shift     answer (loss only here)
+
+(``␣`` is the space token). The shift is written in decimal, one token per character: ``-`` then its digits
+for a negative shift (``-15`` is ``- 1 5``), the digits alone otherwise (``3``, ``0``, ``12``: no ``+``).
+Vocabulary: ``<pad> <bos> , ␣ - 0…9`` and the 52 letters.
+
+``compact`` — the shift is one token (``"-15"`` … ``"15"``) and the spaces are dropped:
 
     <bos> Q E O H o U b K f e S r M V N l C z X u , z , -3 , N
-          source string (unique letters)          src  shift  answer (loss only here)
 
 The source string is ``len_min``–``len_max`` distinct upper/lower-case letters (sampled without replacement
-from the 52), one token each; then a source letter taken from the string, a shift (one token, ``"-15"`` …
-``"15"``) and the answer: the letter ``shift`` places from the source letter. The shift is uniform in
+from the 52), one token each; then a source letter taken from the string, the shift and the answer: the letter
+``shift`` places from the source letter (negative: to its left). The shift is uniform in
 [-shift_max, shift_max] (0 included, as in the paper), and the source letter is uniform among the positions
-from which that shift lands inside the string. Loss on the final answer token only.
+from which that shift lands inside the string. Loss on the final answer token only (in both formats).
 Group key: the string length, in bins of ``group_bin`` labelled by their longest length (bin 25 = lengths
 21–25; with the defaults no bin mixes training and OOD lengths).
 OOD split: longer strings (41–52; training uses 20–40).
@@ -24,37 +36,68 @@ import numpy as np
 from tasks.base import BOS, PAD, Task, pack, require, require_int
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
+FORMATS = ("paper", "compact")
+DIGITS = "0123456789"
 
 
 class IndirectIndexing(Task):
     name = "indirect_indexing"
     group_name = "length"
 
-    def __init__(self, len_min: int = 20, len_max: int = 40, shift_max: int = 15, group_bin: int = 5):
+    def __init__(self, len_min: int = 20, len_max: int = 40, shift_max: int = 15, group_bin: int = 5,
+                 format: str = "paper"):
         require_int(shift_max, "task.shift_max", 0)
         require_int(len_min, "task.len_min", shift_max + 1, f"an integer > task.shift_max ({shift_max})")
         require_int(len_max, "task.len_max", len_min, f"an integer in task.len_min ({len_min})..{len(LETTERS)}")
         require(len_max <= len(LETTERS), "task.len_max", len_max,
                 f"an integer in task.len_min ({len_min})..{len(LETTERS)}")
         require_int(group_bin, "task.group_bin", 1)
+        require(format in FORMATS, "task.format", format, f"one of {', '.join(FORMATS)}")
         self.len_min, self.len_max, self.shift_max, self.group_bin = len_min, len_max, shift_max, group_bin
-        self.vocab = [PAD, BOS, ",", *LETTERS, *(str(s) for s in range(-shift_max, shift_max + 1))]
-        self.seq_len = 1 + len_max + 6 - 1  # ", src , shift , answer"; inputs drop the answer token
+        self.format = format
+        if format == "paper":
+            # the vocabulary does not depend on shift_max, so a model serves any split
+            self.vocab = [PAD, BOS, ",", " ", "-", *DIGITS, *LETTERS]
+            self.seq_len = len_max + 9 + len(str(shift_max))  # <bos> s ", " c ", " [-]d… ", " a, minus the answer
+        else:
+            self.vocab = [PAD, BOS, ",", *LETTERS, *(str(s) for s in range(-shift_max, shift_max + 1))]
+            self.seq_len = 1 + len_max + 6 - 1  # ", src , shift , answer"; inputs drop the answer token
+        self.letter0 = self.vocab.index("A")
+
+    def shift_tokens(self, shift: int) -> list[int]:
+        """The token ids that write ``shift`` in this format."""
+        ids = self.token_id
+        if self.format == "paper":
+            return [ids[ch] for ch in str(int(shift))]
+        return [ids[str(int(shift))]]
+
+    def text(self, ids) -> str:
+        """An example as text: the paper format joins its characters (``QEOH…u, z, -3, N``), the compact one
+        joins its tokens with spaces (``Q E … u , z , -3 , N``); <bos> and padding are left out."""
+        toks = [self.vocab[int(i)] for i in ids if int(i) > 1]  # 0 = <pad>, 1 = <bos>
+        return "".join(toks) if self.format == "paper" else " ".join(toks)
+
+    def encode(self, text: str) -> list[int]:
+        """<bos> + the paper-format text as token ids (one per character); the inverse of ``text``."""
+        require(self.format == "paper", "task.format", self.format, "encode reads the paper format only")
+        ids = self.token_id
+        return [ids[BOS], *(ids[ch] for ch in text)]
 
     def sample_grouped(self, rng, n):
-        bos, comma, letter0 = 1, 2, 3
-        shift0 = letter0 + len(LETTERS) + self.shift_max  # id of the "0" shift token
+        ids = self.token_id
+        bos, comma = ids[BOS], ids[","]
+        sep = [comma, ids[" "]] if self.format == "paper" else [comma]
         length = rng.integers(self.len_min, self.len_max + 1, size=n)
         letters = np.argsort(rng.random((n, len(LETTERS))), axis=1)[:, : self.len_max]
         shift = rng.integers(-self.shift_max, self.shift_max + 1, size=n)
         first = np.maximum(0, -shift)  # source positions p with 0 <= p + shift < length
         source = first + (rng.random(n) * (length - np.abs(shift))).astype(np.int64)
         rows = np.arange(n)
-        src, answer = letters[rows, source] + letter0, letters[rows, source + shift] + letter0
+        src, answer = letters[rows, source] + self.letter0, letters[rows, source + shift] + self.letter0
         sequences, starts = [], []
         for i in range(n):
-            seq = np.concatenate([[bos], letters[i, : length[i]] + letter0,
-                                  [comma, src[i], comma, shift0 + shift[i], comma, answer[i]]])
+            seq = [bos, *(letters[i, : length[i]] + self.letter0), *sep, src[i], *sep,
+                   *self.shift_tokens(shift[i]), *sep, answer[i]]
             sequences.append(seq)
             starts.append(len(seq) - 1)
         inputs, targets = pack(sequences, starts, self.seq_len)

@@ -145,8 +145,8 @@ def indirect_params(draw):
 
 @PROPS
 @given(indirect_params(), st.integers(0, 2**32 - 1))
-def test_indirect_indexing_answers_are_correct(params, seed):
-    task = tasks.build("indirect_indexing", **params)
+def test_indirect_indexing_answers_are_correct(params, seed):  # the compact format (paper: test_indirect_format)
+    task = tasks.build("indirect_indexing", format="compact", **params)
     for x, y, length in zip(*batch(task, seed)):
         toks, ans = unpack(task, x, y)
         assert ans == [len(toks) - 1] and toks[0] == "<bos>"
@@ -160,8 +160,8 @@ def test_indirect_indexing_answers_are_correct(params, seed):
         assert 0 <= target < len(letters) and answer == letters[target]
 
 
-def test_indirect_indexing_matches_the_paper_format():
-    task = tasks.build("indirect_indexing")
+def test_indirect_indexing_compact_format_shifts_and_groups():
+    task = tasks.build("indirect_indexing", format="compact")
     assert task.vocab.count("-15") == task.vocab.count("15") == 1 and "16" not in task.vocab
     x, y, g = batch(task, 1, n=2000)
     shifts = [int(task.vocab[row[np.flatnonzero(row)[-2]]]) for row in x]  # the token before the last ","
