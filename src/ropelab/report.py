@@ -41,7 +41,7 @@ import yaml
 
 from ropelab import machine
 from ropelab.runs import atomic_write_text
-from ropelab.stats import Landmarks, estimate, lockin_step, onset_step, paired_difference, train_loss
+from ropelab.stats import Landmarks, sawtooth, lockin_step, onset_step, paired_difference, train_loss
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 PAPER_VALUES = CONF_DIR / "paper_values.yaml"
@@ -571,6 +571,9 @@ def trace_summary(traces: list[dict[str, np.ndarray]]) -> dict[str, tuple[float,
             elif kind == "phase":
                 values.setdefault(f"{name} mean offset, rad", []).append(float((last - first).mean()))
                 values.setdefault(f"{name} mean abs, rad", []).append(float(np.abs(last).mean()))
+                if last.ndim == 2 and last.shape[1] > 1:  # (heads, pairs): the paper's saw-tooth over pairs
+                    values.setdefault(f"{name} sign alternation (chance 0.5)", []).append(
+                        sawtooth(last, permutations=0)["alternation"])
             else:
                 values.setdefault(f"{name} mean", []).append(float(last.mean()))
     return {k: _mean_std(v)[:2] for k, v in values.items()}

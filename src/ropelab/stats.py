@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -134,3 +134,33 @@ def onset_step(loss: pd.Series, rule: Landmarks = Landmarks()) -> float | None:
 def lockin_step(smoothed: pd.Series, rule: Landmarks = Landmarks()) -> float | None:
     """On the trailing-mean series (report.smoothed_train_loss)."""
     return stays_below_from(smoothed, rule.lockin_frac, rule.plateau)
+
+
+# ----------------------------------------------------------------------------------------------- Φ saw-tooth
+
+def binomial_two_sided(k: int, n: int) -> float:
+    """Exact two-sided binomial p-value against p = 1/2 (the doubled smaller tail, capped at 1)."""
+    tail = sum(math.comb(n, i) for i in range(0, min(k, n - k) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def sawtooth(phase: np.ndarray, permutations: int = 20000, seed: int = 0) -> dict[str, Any]:
+    """Saw-tooth statistics of a final Φ of shape (H, P): how often neighbouring channel pairs have opposite
+    signs (chance: 1/2 for independent signs) with a binomial and a permutation p-value, the lag-1
+    autocorrelation over pairs (−1 for a perfect saw-tooth) and the size of Φ."""
+    phase = np.asarray(phase, dtype=np.float64)
+    signs = np.sign(phase)
+    flips = signs[:, 1:] * signs[:, :-1] < 0
+    n, k = int(flips.size), int(flips.sum())
+    rng = np.random.default_rng(seed)
+    count = 0
+    for _ in range(permutations):
+        s = rng.permuted(signs, axis=1)
+        count += int((s[:, 1:] * s[:, :-1] < 0).sum() >= k)
+    centred = phase - phase.mean(axis=1, keepdims=True)
+    num = (centred[:, 1:] * centred[:, :-1]).sum()
+    den = (centred ** 2).sum()
+    return {"alternation": k / n, "neighbours": n, "alternating": k, "binomial_p": binomial_two_sided(k, n),
+            "permutation_p": (count + 1) / (permutations + 1), "lag1_autocorrelation": float(num / den) if den else None,
+            "mean_abs_phase": float(np.abs(phase).mean()), "mean_abs_neighbour_step": float(np.abs(np.diff(phase)).mean()),
+            "max_abs_phase": float(np.abs(phase).max()), "positive_fraction": float((phase > 0).mean())}

@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ropelab.stats import sawtooth
+
 ROOT = Path(__file__).resolve().parents[2]
 PAPER_PHASE_OFFSET = 7.6e-4  # Bifocal paper: mean offset of the learned Φ saw-tooth (rad)
 ARMS = {  # name: (train.py overrides on top of init_from, label)
@@ -146,32 +148,6 @@ def hf_swap_check(pretrain_dir, model_cfg, pre_cfg, idx) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------- statistics
-
-
-def binomial_two_sided(k: int, n: int) -> float:
-    """Exact two-sided binomial p-value against p = 1/2 (the doubled smaller tail, capped at 1)."""
-    tail = sum(math.comb(n, i) for i in range(0, min(k, n - k) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
-
-
-def sawtooth(phase: np.ndarray, permutations: int = 20000, seed: int = 0) -> dict[str, Any]:
-    """Saw-tooth statistics of a final Φ of shape (H, P) (see the module docstring)."""
-    phase = np.asarray(phase, dtype=np.float64)
-    signs = np.sign(phase)
-    flips = signs[:, 1:] * signs[:, :-1] < 0
-    n, k = int(flips.size), int(flips.sum())
-    rng = np.random.default_rng(seed)
-    count = 0
-    for _ in range(permutations):
-        s = rng.permuted(signs, axis=1)
-        count += int((s[:, 1:] * s[:, :-1] < 0).sum() >= k)
-    centred = phase - phase.mean(axis=1, keepdims=True)
-    num = (centred[:, 1:] * centred[:, :-1]).sum()
-    den = (centred ** 2).sum()
-    return {"alternation": k / n, "neighbours": n, "alternating": k, "binomial_p": binomial_two_sided(k, n),
-            "permutation_p": (count + 1) / (permutations + 1), "lag1_autocorrelation": float(num / den) if den else None,
-            "mean_abs_phase": float(np.abs(phase).mean()), "mean_abs_neighbour_step": float(np.abs(np.diff(phase)).mean()),
-            "max_abs_phase": float(np.abs(phase).max()), "positive_fraction": float((phase > 0).mean())}
 
 
 def untrained_phase(n: int, sigma: float = 1e-3) -> dict[str, float]:
