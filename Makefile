@@ -50,6 +50,32 @@ pope: $(STAMP)
 	$(PY) train.py -m experiment=pope_indirect $(SWEEP_LAUNCHER) $(ARGS)
 	$(PY) train.py -m experiment=pope_indirect pos=alibi pos.heads_fraction=0.5 $(SWEEP_LAUNCHER) $(ARGS)
 
+# PoPE's indirect-indexing table at the paper's 1M examples (issue 11; conf/experiment/pope_indirect.yaml).
+# pope-curves: seed 0 of rope and pope (the learning curves). pope-table: the 6 columns × 3 seeds, ALiBi on half the
+# heads and PoPE's uniform δ init (24 jobs), every command run even if one has a failed job (exit 1 at the end),
+# then the report and the frequency-usage figure into results/pope_indirect/ (commit that folder).
+# pope-gpu: the same on a CUDA machine, POPE_JOBS jobs sharing the GPU (CUDA_VISIBLE_DEVICES picks it).
+.PHONY: pope-curves pope-table pope-gpu
+POPE_JOBS ?= 8
+POPE_RUN   = runs/pope_indirect/pos=$(1),seed=0,task=indirect_indexing
+pope-curves: $(STAMP)
+	$(PY) train.py -m experiment=pope_indirect pos=rope,pope seed=0 $(SWEEP_LAUNCHER) $(ARGS)
+
+pope-table: $(STAMP)
+	@st=0; \
+	$(PY) train.py -m experiment=pope_indirect $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=pope_indirect pos=alibi pos.heads_fraction=0.5 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=pope_indirect pos=pope pos.delta_init=uniform $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) -m ropelab.report results/pope_indirect --out results/pope_indirect/report || st=1; \
+	if [ -f "$(call POPE_RUN,rope)/checkpoints/last.ckpt" ] && [ -f "$(call POPE_RUN,pope)/checkpoints/last.ckpt" ]; then \
+	  $(PY) -m ropelab.freq_usage "$(call POPE_RUN,rope)" "$(call POPE_RUN,pope)" --out results/pope_indirect/freq_usage || st=1; \
+	else echo "freq_usage: no checkpoints of the seed-0 rope and pope runs under runs/pope_indirect (trained elsewhere?)"; fi; \
+	echo "next: git add results/pope_indirect && git commit -m 'records: pope_indirect' -- results/pope_indirect"; \
+	exit $$st
+
+pope-gpu: $(STAMP)
+	$(MAKE) pope-table LAUNCHER=gpu_shared ARGS="hydra.launcher.n_jobs=$(POPE_JOBS) trainer.accelerator=gpu $(ARGS)"
+
 # both momentum sweeps (72 + 168 jobs × 1,000 steps), then their reports from the records in results/momentum_*
 # (attention maps from runs/momentum_*/<job>/checkpoints). Resumable: run it again — recorded and completed jobs
 # are skipped, interrupted ones resume; a failed job does not stop the rest (exit 1 at the end).

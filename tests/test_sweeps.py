@@ -92,6 +92,7 @@ def test_preset_jobs_pass_the_config_check(preset):
     jobs = {tuple(f"{k}={v if k == key else vals[0]}" for k, vals in axes.items()) for key in axes for v in axes[key]}
     if preset == "pope_indirect":
         jobs.add(("task=indirect_indexing", "pos=alibi", "seed=0", "pos.heads_fraction=0.5"))  # `make pope`
+        jobs.add(("task=indirect_indexing", "pos=pope", "seed=0", "pos.delta_init=uniform"))  # `make pope-table`
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         for job in sorted(jobs):
             check_config(compose("config", overrides=[f"experiment={preset}", *job]))
