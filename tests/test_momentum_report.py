@@ -267,8 +267,10 @@ def test_momentum_report_on_a_tiny_record_set(tmp_path):
     md = path.read_text()
     # degradation: assoc_recall gains (negative drop), mean_pooling drops 0.05 / 0.5 = 10 % (seed 0), 0.05/0.51 (seed 1)
     assert "Degradation γ = 0 → 2" in md and "geometric" in md
-    d = mr.degradation(mr.seed_table(__import__("ropelab.report", fromlist=["Sweep"]).Sweep(
-        sweep, __import__("ropelab.stats", fromlist=["Landmarks"]).Landmarks())).query("group == 'freqs=geometric'"))
+    from ropelab.report import Sweep
+    from ropelab.stats import Landmarks
+
+    d = mr.degradation(mr.seed_table(Sweep(sweep, Landmarks())).query("group == 'freqs=geometric'"))
     assert d.per_task["mean_pooling"].mean == pytest.approx(100 * np.mean([0.05 / 0.5, 0.05 / 0.51]))
     assert d.per_task["assoc_recall"].mean < 0
     assert "9.8" in md  # the paper's geometric value beside ours
