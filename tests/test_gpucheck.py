@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import HANG_GUARD_S, ROOT
 from ropelab import positional
 
 
@@ -14,7 +14,7 @@ def test_gpu_check_forced_to_the_cpu_runs_every_step(tmp_path):
     out = tmp_path / "gpu.json"
     result = subprocess.run([sys.executable, "-m", "ropelab.gpucheck", "--accelerator", "cpu", "--tiny",
                              "--concurrency", "2", "--out", str(out), "--runs-dir", str(tmp_path / "runs")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=900)
+                            cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     data = json.loads(out.read_text())
     assert data["ok"] and data["device"] == "cpu" and data["tiny"]

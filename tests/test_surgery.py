@@ -13,7 +13,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from conftest import ROOT, TINY, run_train
+from conftest import HANG_GUARD_S, ROOT, TINY, run_train
 from ropelab.config import check_config
 from ropelab.model import Llama, LlamaConfig, build_model
 from ropelab.positional.bifocal import Bifocal
@@ -331,7 +331,7 @@ def test_surgery_experiment_runs_and_reports(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "ropelab.surgery_experiment", "--tiny", "--pretrain-steps", "6",
                            "--finetune-steps", "4", "--runs", str(tmp_path / "runs"), "--out", str(out)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((out / "surgery.json").read_text())
     assert data["swap"]["bit_identical"] and data["swap_equal_to_control"]
