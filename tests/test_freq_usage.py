@@ -91,7 +91,7 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
     assert sum(r["scheme"] == "pope" for r in means) == 2 * 2 * 16
     assert all(float(r["norm"]) > 0 for r in rows)
     md = (out / "freq_usage.md").read_text()
-    assert f"| {runs['rope']} | rope | 16 |" in md and f"| {runs['pope']} | pope | 16 |" in md
+    assert f"| {runs['rope']} | rope | 16 | 0.25 |" in md and f"| {runs['pope']} | pope | 16 | 0.31 |" in md
     assert "layer 1 q / k" in md
 
 

@@ -21,7 +21,8 @@ The norm is averaged over positions, examples and heads (``mean``; per head in t
   (rad/token, log axis, high frequencies on the right);
 * ``freq_usage.csv`` — run, scheme, layer, side (q / k), head (``mean`` or its index), channel, freq, norm;
 * ``freq_usage.md`` — per run and layer, the share of the summed norm in the highest-frequency third of the
-  channels, against 1/3 for a flat profile (the paper: RoPE suppresses high frequencies, PoPE uses a broad range).
+  channels (⌊n/3⌋ of n), against ⌊n/3⌋/n for a flat profile, e.g. 5/16 = 0.31 for rope's 16 pairs at head dim 32
+  (the paper: RoPE suppresses high frequencies, PoPE uses a broad range).
 
 Schemes without frequency channels (nope, alibi, learned_abs, sinusoidal) and learned-frequency ones
 (spectral, bifocal) are refused in one line.
@@ -145,14 +146,15 @@ def write_md(results: Sequence[dict[str, Any]], path: Path) -> str:
     lines = ["# Frequency usage", "",
              "Mean q / k norm per frequency channel (rope: per rotated pair; pope: μ = softplus per component), "
              "averaged over positions, heads and the run's first validation examples. The table gives, per layer, "
-             "the share of the summed norm in the highest-frequency third of the channels (1/3 = a flat profile; "
-             "lower = high frequencies suppressed).", "",
-             "| run | scheme | examples | " + " | ".join(f"layer {i} q / k" for i in range(max(r['q'].shape[0] for r in results))) + " |",
-             "|---|---|---:|" + "---|" * max(r["q"].shape[0] for r in results)]
+             "the share of the summed norm in the highest-frequency third of the channels (`flat`: the share of a "
+             "flat profile; lower = high frequencies suppressed).", "",
+             "| run | scheme | examples | flat | " + " | ".join(f"layer {i} q / k" for i in range(max(r['q'].shape[0] for r in results))) + " |",
+             "|---|---|---:|---:|" + "---|" * max(r["q"].shape[0] for r in results)]
     for r in results:
         cells = [f"{high_share(r['q'][i].mean(0), r['freq']):.2f} / {high_share(r['k'][i].mean(0), r['freq']):.2f}"
                  for i in range(r["q"].shape[0])]
-        lines.append(f"| {r['run']} | {r['scheme']} | {r['examples']} | " + " | ".join(cells) + " |")
+        flat = max(1, len(r["freq"]) // 3) / len(r["freq"])
+        lines.append(f"| {r['run']} | {r['scheme']} | {r['examples']} | {flat:.2f} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
