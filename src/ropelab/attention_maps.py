@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import yaml
 
-from ropelab.model import Llama, LlamaConfig, build_model
+from ropelab.model import Llama, LlamaConfig, build_model, causal_mask
 
 
 @torch.no_grad()
@@ -28,11 +28,8 @@ def attention_weights(model: Llama, idx: torch.Tensor) -> torch.Tensor:
     """idx (B, T) → softmax attention weights (B, layers, heads, T, T), query on dim −2, key on dim −1."""
     B, T = idx.shape
     pos = model.pos
-    ctx = pos.prepare(T, idx.device)
-    bias = pos.attn_bias(ctx)
-    causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-    mask = None if bias is None else bias.masked_fill(~causal, float("-inf"))  # what Llama.forward hands SDPA
-    x = pos.embed(model.embed(idx), ctx)
+    x, ctx, mask = model.inputs(idx)
+    causal = causal_mask(T, idx.device)
     maps = []
     for block in model.blocks:
         attn = block.attn
@@ -40,8 +37,8 @@ def attention_weights(model: Llama, idx: torch.Tensor) -> torch.Tensor:
         q, k, _ = attn.qkv(h).view(B, T, 3, attn.n_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
         q, k = pos.qk(q, k, ctx)
         scores = (q.float() @ k.float().transpose(-2, -1)) * (1.0 / math.sqrt(attn.head_dim))
-        if bias is not None:
-            scores = scores + bias.float()
+        if mask is not None:  # the scheme's bias (−inf above the diagonal, masked again below anyway)
+            scores = scores + mask.float()
         maps.append(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1))
         x = block(x, pos, ctx, mask)
     return torch.stack(maps, dim=1)
@@ -52,13 +49,7 @@ def attention_output(model: Llama, idx: torch.Tensor, layer: int) -> tuple[torch
     """(output rebuilt from ``attention_weights``, the block's own attention output) for one layer."""
     B, T = idx.shape
     pos = model.pos
-    ctx = pos.prepare(T, idx.device)
-    bias = pos.attn_bias(ctx)
-    mask = None
-    if bias is not None:
-        causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-        mask = bias.masked_fill(~causal, float("-inf"))
-    x = pos.embed(model.embed(idx), ctx)
+    x, ctx, mask = model.inputs(idx)
     for block in model.blocks[:layer]:
         x = block(x, pos, ctx, mask)
     block = model.blocks[layer]

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -58,13 +57,7 @@ def channel_norms(model, idx: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.
     B, T = idx.shape
     keep = (idx != 0).float()  # (B, T): padding carries no norm
     with torch.no_grad():
-        ctx = pos.prepare(T, idx.device)
-        bias = pos.attn_bias(ctx)
-        mask = None
-        if bias is not None:
-            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-            mask = bias.masked_fill(~causal, float("-inf"))
-        x = pos.embed(model.embed(idx), ctx)
+        x, ctx, mask = model.inputs(idx)
         q_layers, k_layers = [], []
         for block in model.blocks:
             attn = block.attn

@@ -77,6 +77,11 @@ class Attention(nn.Module):
         return self.out(y)
 
 
+def causal_mask(T: int, device) -> torch.Tensor:
+    """(T, T) bool, True where a query (row) may attend to a key (column)."""
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+
+
 def causal_attention(q, k, v, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
     """Causal SDPA; ``mask`` (H or 1, T, T) is an additive bias with causality already folded in (−inf above
     the diagonal), or None.
@@ -184,16 +189,20 @@ class Llama(nn.Module):
         T = idx.shape[1]
         if T > self.cfg.max_len:
             raise ValueError(f"sequence length {T} exceeds model.max_len={self.cfg.max_len}")
-        ctx = self.pos.prepare(T, idx.device)
-        bias = self.pos.attn_bias(ctx)
-        mask = None
-        if bias is not None:  # SDPA takes either is_causal or a mask: fold causality into the bias once
-            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-            mask = bias.masked_fill(~causal, float("-inf"))
-        x = self.pos.embed(self.embed(idx), ctx)
+        x, ctx, mask = self.inputs(idx)
         for block in self.blocks:
             x = block(x, self.pos, ctx, mask)
         return self.lm_head(self.norm(x))
+
+    def inputs(self, idx: torch.Tensor) -> tuple[torch.Tensor, object, torch.Tensor | None]:
+        """What every block of a forward shares: the embedded input, the scheme's context for these positions and
+        the score mask for SDPA (the scheme's bias with causality folded in; None for unbiased schemes)."""
+        T = idx.shape[1]
+        ctx = self.pos.prepare(T, idx.device)
+        bias = self.pos.attn_bias(ctx)
+        # SDPA takes either is_causal or a mask: fold causality into the bias once
+        mask = None if bias is None else bias.masked_fill(~causal_mask(T, idx.device), float("-inf"))
+        return self.pos.embed(self.embed(idx), ctx), ctx, mask
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -574,16 +574,12 @@ def default_ckpt_roots(sweep_dir: Path) -> list[Path]:
 
 
 def write(sweep_dir: Path, out: Path | None = None, **kwargs) -> Path:
-    from ropelab.report import Sweep
+    from ropelab.report import Sweep, report_dirs
     from ropelab.runs import atomic_write_text
     from ropelab.stats import Landmarks
 
     started = time.time()
-    sweep_dir = Path(sweep_dir)
-    if not sweep_dir.is_dir():
-        raise SystemExit(f"error: {sweep_dir} is not a folder")
-    out = Path(out) if out else sweep_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    sweep_dir, out = report_dirs(sweep_dir, out)
     kwargs.setdefault("ckpt_roots", default_ckpt_roots(sweep_dir))
     sweep = Sweep(sweep_dir, Landmarks())
     md = [f"# Momentum report: {sweep_dir.name}", "", f"`{sweep_dir}` · {len(sweep.runs)} runs · generated "

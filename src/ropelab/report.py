@@ -803,14 +803,20 @@ def budget_lines(sweep: Sweep) -> list[str]:
     return lines
 
 
-def write_report(sweep_dir: Path, out: Path | None = None, rule: Landmarks | None = None, dpi: int = 100,
-                 attention: bool = True, attn_layer: int = 0, paper_values: Path = PAPER_VALUES) -> Path:
-    started = time.time()
+def report_dirs(sweep_dir: Path, out: Path | None) -> tuple[Path, Path]:
+    """(sweep folder, output folder — made, default SWEEP/report); exits in one line if the sweep is no folder."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise SystemExit(f"error: {sweep_dir} is not a folder")
     out = Path(out) if out else sweep_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
+    return sweep_dir, out
+
+
+def write_report(sweep_dir: Path, out: Path | None = None, rule: Landmarks | None = None, dpi: int = 100,
+                 attention: bool = True, attn_layer: int = 0, paper_values: Path = PAPER_VALUES) -> Path:
+    started = time.time()
+    sweep_dir, out = report_dirs(sweep_dir, out)
     rule = rule or Landmarks()
     sweep = Sweep(sweep_dir, rule)
     entries = load_paper_values(paper_values)
