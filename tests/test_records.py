@@ -157,3 +157,15 @@ def test_report_warns_when_a_table_mixes_machines(tmp_path):
                                                            "torch": "2.13.0", "commit": "b" * 40, "dirty": True})
     md = (report.write_report(root, tmp_path / "rep") / "report.md").read_text()
     assert "mixes machines" in md and "code versions" in md and "bbbbbbb+edits" in md
+
+
+def test_report_compares_single_runs_side_by_side(tmp_path):
+    curve = plateau_then_fall(150)
+    fake_record(tmp_path / "single", "a_rope", "rope", 0, curve)
+    fake_record(tmp_path / "single", "b_spectral", "spectral", 0, curve)
+    assert report.main([str(tmp_path / "single" / "a_rope"), str(tmp_path / "single" / "b_spectral"),
+                        "--out", str(tmp_path / "cmp"), "--no-attention"]) == 0
+    md = (tmp_path / "cmp" / "report" / "report.md").read_text()
+    assert "| task | rope | spectral |" in md and (tmp_path / "cmp" / "report" / "curves_bio_rotation.png").is_file()
+    with pytest.raises(SystemExit, match="not a run folder"):
+        report.main([str(tmp_path / "single" / "a_rope"), str(tmp_path / "nothing")])

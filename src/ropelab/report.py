@@ -40,7 +40,7 @@ import pandas as pd
 import yaml
 
 from ropelab import machine
-from ropelab.runs import atomic_write_text
+from ropelab.runs import RUNS_ROOT, atomic_write_text
 from ropelab.stats import Landmarks, sawtooth, lockin_step, onset_step, paired_difference, train_loss
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -85,7 +85,7 @@ class Run:
 def find_run_dirs(sweep: Path) -> list[Path]:
     """Folders under ``sweep`` that are runs: they hold summary.json, config.yaml or a Hydra job's .hydra/."""
     found = []
-    for dirpath, dirnames, filenames in os.walk(sweep):
+    for dirpath, dirnames, filenames in os.walk(sweep, followlinks=True):  # compare_runs links its runs
         d = Path(dirpath)
         if "summary.json" in filenames or "config.yaml" in filenames or (d / ".hydra" / "overrides.yaml").is_file():
             found.append(d)
@@ -956,9 +956,23 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: Landmarks | Non
     return out
 
 
+def compare_runs(run_dirs: list[Path], out: Path | None) -> Path:
+    """A folder of links to single runs, so that they report as one sweep: one table, overlaid curves."""
+    folder = Path(out) if out else RUNS_ROOT / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    folder.mkdir(parents=True, exist_ok=True)
+    for run_dir in run_dirs:
+        if not (Path(run_dir) / "summary.json").is_file():
+            raise SystemExit(f"error: {run_dir} is not a run folder (no summary.json)")
+        link = folder / Path(run_dir).resolve().name
+        if not link.exists():
+            link.symlink_to(Path(run_dir).resolve(), target_is_directory=True)
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ropelab.report", description=__doc__.split("\n\n")[0])
-    p.add_argument("sweep_dir", type=Path, help="a sweep folder, e.g. runs/bifocal_table1")
+    p.add_argument("sweep_dir", type=Path, nargs="+",
+                   help="a sweep folder (e.g. runs/bifocal_table1), or several run folders to compare side by side")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: SWEEP_DIR/report)")
     p.add_argument("--smooth", type=int, default=10, help="lock-in: trailing-mean window in steps")
     p.add_argument("--plateau", type=int, nargs=2, default=(20, 60), metavar=("FROM", "TO"),
@@ -972,7 +986,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rule = Landmarks(smooth=args.smooth, plateau=tuple(args.plateau), lockin_frac=args.lockin_frac,
                      onset_drop=args.onset_drop)
-    out = write_report(args.sweep_dir, args.out, rule, args.dpi, not args.no_attention, args.attn_layer)
+    sweep_dir, out = args.sweep_dir[0], args.out
+    if len(args.sweep_dir) > 1:  # single runs side by side: their links in one folder, the report beside them
+        sweep_dir = compare_runs(args.sweep_dir, args.out)
+        out = sweep_dir / "report"
+    out = write_report(sweep_dir, out, rule, args.dpi, not args.no_attention, args.attn_layer)
     print(f"report: {out / 'report.md'}")
     return 0
 
