@@ -76,7 +76,7 @@ pope-table: $(STAMP)
 pope-gpu: $(STAMP)
 	$(MAKE) pope-table LAUNCHER=gpu_shared ARGS="hydra.launcher.n_jobs=$(POPE_JOBS) trainer.accelerator=gpu $(ARGS)"
 
-# both momentum sweeps (72 + 168 jobs × 1,000 steps), then their reports from the records in results/momentum_*
+# both momentum sweeps (72 + 168 jobs × 500 steps), then their reports from the records in results/momentum_*
 # (attention maps from runs/momentum_*/<job>/checkpoints). Resumable: run it again — recorded and completed jobs
 # are skipped, interrupted ones resume; a failed job does not stop the rest (exit 1 at the end).
 # E.g. make momentum LAUNCHER=joblib ARGS="trainer.threads=1"
