@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 from conftest import HANG_GUARD_S, ROOT, TINY, run_train
 from ropelab import attention_maps, report
 from ropelab.model import LlamaConfig, build_model
+from ropelab.stats import Landmarks, lockin_step
 
 CONF = ROOT / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -365,7 +366,7 @@ def test_report_detects_the_swept_axes(tmp_path):
             if base == 10000:
                 cfg["trainer"]["compile"] = False  # a key older runs lack: schema drift, not an axis
             (run / "config.yaml").write_text(yaml.safe_dump(cfg))
-    swept = report.Sweep(sweep, report.Landmarks())
+    swept = report.Sweep(sweep, Landmarks())
     assert swept.col_keys == ["pos.name", "pos.base"]
     assert swept.columns() == ["rope base=1000", "rope base=10000", "spectral base=1000", "spectral base=10000"]
 
@@ -378,7 +379,7 @@ def test_report_detects_the_swept_axes(tmp_path):
 ])
 def test_lockin_step(loss, expected):
     metrics = pd.DataFrame({"step": np.arange(len(loss)), "train/loss": loss})
-    got = report.lockin_step(report.smoothed_train_loss(metrics, 10), report.Landmarks())
+    got = lockin_step(report.smoothed_train_loss(metrics, 10), Landmarks())
     if expected is None:
         assert got is None
     elif math.isnan(expected):

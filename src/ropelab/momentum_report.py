@@ -40,9 +40,11 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from ropelab.stats import Estimate, estimate, paired_difference
+from ropelab.report import budget_lines, file_part, load_paper_values, markdown_table, open_report, pyplot
+from ropelab.report.sweep import GAMMA
+from ropelab.runs import atomic_write_text
+from ropelab.stats import Estimate, Landmarks, estimate, paired_difference
 
-GAMMA = "pos.momentum.gamma"
 NABLA_TASKS = ("assoc_recall", "variable_tracking")
 INTEGRAL_TASKS = ("global_counting", "mean_pooling")
 MOMENTUM_TASKS = NABLA_TASKS + INTEGRAL_TASKS
@@ -253,8 +255,6 @@ def _est(e: Estimate | None, fmt: str = "{:.1f}") -> str:
 
 
 def _paper_degradation(group: str, g1: float) -> float | None:
-    from ropelab.report import load_paper_values
-
     family = group.rsplit("freqs=", 1)[-1].split("@")[0]
     for e in load_paper_values():
         match = e.get("match") or {}
@@ -279,15 +279,13 @@ def degradation_section(table: pd.DataFrame, g0: float = 0.0, g1: float = 2.0) -
         paper = _paper_degradation(group, g1)
         row["paper"] = "–" if paper is None else f"{paper:g}"
         rows.append({"profile": group.replace("freqs=", ""), **row})
-    from ropelab.report import md_table
-
     md = [f"### Degradation γ = {g0:g} → {g1:g} (val/acc, %)", "",
           "Per task: the mean over seeds of each seed's relative drop (a(γ=0) − a(γ=2)) / a(γ=0) × 100, paired by "
           "seed, [95 % t interval over seeds] (n seeds); positive = worse with momentum. `mean of drops`: per seed "
           "the mean of its per-task drops, then the interval over seeds (∫ tasks = global_counting, mean_pooling). "
           "`drop of the mean`: per seed the relative drop of the accuracy averaged over the four tasks. "
           "`absolute`: the same averaged accuracy's drop in points.", "",
-          md_table(pd.DataFrame(rows).set_index("profile"), "profile"), "",
+          markdown_table(pd.DataFrame(rows).set_index("profile"), "profile"), "",
           PAPER_DEFINITION, ""]
     return md, results
 
@@ -297,8 +295,6 @@ def _by_gamma(rows: pd.DataFrame) -> dict[float, dict]:
 
 
 def verdict_section(table: pd.DataFrame, out: Path, dpi: int, margin: float) -> tuple[list[str], dict]:
-    from ropelab.report import md_table
-
     md, verdicts, figures = [], {}, []
     for group in _groups(table):
         here = table[table["group"] == group]
@@ -312,7 +308,8 @@ def verdict_section(table: pd.DataFrame, out: Path, dpi: int, margin: float) -> 
             rows.append({"task": task, "paper": claim, "ours": v.label, **{
                 f"γ={g:g}": _est(Estimate(100 * e.mean, 100 * e.sd, e.n)) for g, e in v.means.items()},
                 "test": v.reason})
-        md += [f"#### {group.replace('freqs=', 'profile ')}", "", md_table(pd.DataFrame(rows).set_index("task")), ""]
+        md += [f"#### {group.replace('freqs=', 'profile ')}", "",
+               markdown_table(pd.DataFrame(rows).set_index("task")), ""]
         figures.append(plot_gamma_response(here, verdicts, group, out, dpi))
     if not md:
         return [], {}
@@ -354,8 +351,6 @@ def run_maps(run, ckpt: Path, n_examples: int) -> list[np.ndarray]:
 def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: int, n_examples: int,
                       ckpt_roots: list[Path]) -> tuple[list[str], dict]:
     """Sharpening number per task × γ (mean over seeds whose checkpoint is found) and the attention figure."""
-    from ropelab.report import md_table
-
     geometric = table[table["group"] == "freqs=geometric"]
     here = geometric if not geometric.empty else table[table["group"] == (_groups(table) or [""])[0]]
     masses: dict[tuple[str, float], dict] = {}
@@ -395,7 +390,7 @@ def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: i
           f"i ≥ {k}, heads, layers and the first {n_examples} validation examples of each run; mean "
           "[95 % t interval] (n seeds with a checkpoint); `uniform` = what uniform causal attention gives on the "
           "same examples; the last column is paired by seed.", "",
-          md_table(pd.DataFrame(rows).set_index("task")), ""]
+          markdown_table(pd.DataFrame(rows).set_index("task")), ""]
     fig = plot_attention_grid(panels, out, dpi, k, layer)
     if fig:
         md += [f"![attention by task and γ]({fig.name})", ""]
@@ -406,19 +401,8 @@ def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: i
 
 # ----------------------------------------------------------------------------------------------- figures
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_gamma_response(table: pd.DataFrame, verdicts: dict, group: str, out: Path, dpi: int) -> Path:
-    from ropelab.report import _safe
-
-    plt = _plt()
+    plt = pyplot()
     tasks = _tasks(table)
     cols = min(len(tasks), 2)
     rows = math.ceil(len(tasks) / cols)
@@ -449,7 +433,7 @@ def plot_gamma_response(table: pd.DataFrame, verdicts: dict, group: str, out: Pa
     fig.suptitle(f"accuracy against γ ({group.replace('freqs=', 'profile ')}); grey: one line per seed; bars: 95 % t "
                  "interval of each γ's mean (the verdict tests seed-paired differences, narrower)", fontsize=9)
     fig.tight_layout()
-    path = out / f"gamma_response_{_safe(group.replace('freqs=', ''))}.png"
+    path = out / f"gamma_response_{file_part(group.replace('freqs=', ''))}.png"
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
@@ -467,7 +451,7 @@ def plot_attention_grid(panels: dict, out: Path, dpi: int, k: int, layer: int,
         {t for t, _ in panels if t not in MOMENTUM_TASKS})
     if not tasks or not cols:
         return None
-    plt = _plt()
+    plt = pyplot()
     vmax = max(float(panels[key][0].max()) for key in panels if key[1] in cols)
     norm = PowerNorm(0.5, vmin=0.0, vmax=vmax)
     fig, axes = plt.subplots(len(tasks), len(cols), figsize=(3.8 * len(cols) + 0.9, 3.8 * len(tasks)), squeeze=False)
@@ -501,8 +485,6 @@ def plot_attention_grid(panels: dict, out: Path, dpi: int, k: int, layer: int,
 
 def claims_section(sweep, degradation_results: dict, verdicts: dict, masses: dict, margin: float) -> list[str]:
     """claim | ours | verdict | conditions: the README's momentum table, filled from this sweep."""
-    from ropelab.report import budget_lines, md_table
-
     cfg = sweep.runs[0].config if sweep.runs else {}
     conditions = "; ".join(budget_lines(sweep)) + (
         f"; {cfg.get('pos.name', 'rope')} base {cfg.get('pos.base', '?')}, {cfg.get('model.n_layers', '?')} layers, "
@@ -544,7 +526,7 @@ def claims_section(sweep, degradation_results: dict, verdicts: dict, masses: dic
     if not rows:
         return []
     return ["### Momentum claims", "", "For the README's Results section (claim | ours | verdict | conditions).", "",
-            md_table(pd.DataFrame(rows).set_index("claim"), "claim"), ""]
+            markdown_table(pd.DataFrame(rows).set_index("claim"), "claim"), ""]
 
 
 def _scaled(e: Estimate) -> Estimate:
@@ -574,16 +556,9 @@ def default_ckpt_roots(sweep_dir: Path) -> list[Path]:
 
 
 def write(sweep_dir: Path, out: Path | None = None, **kwargs) -> Path:
-    from ropelab.report import Sweep, report_dirs
-    from ropelab.runs import atomic_write_text
-    from ropelab.stats import Landmarks
-
     started = time.time()
-    sweep_dir, out = report_dirs(sweep_dir, out)
     kwargs.setdefault("ckpt_roots", default_ckpt_roots(sweep_dir))
-    sweep = Sweep(sweep_dir, Landmarks())
-    md = [f"# Momentum report: {sweep_dir.name}", "", f"`{sweep_dir}` · {len(sweep.runs)} runs · generated "
-          f"{time.strftime('%Y-%m-%d %H:%M')} by `python -m ropelab.momentum_report`", ""]
+    sweep, out, md = open_report(sweep_dir, out, Landmarks(), "Momentum report", "python -m ropelab.momentum_report")
     md += section(sweep, out, **kwargs) or ["No γ axis with completed runs in this sweep."]
     md += ["", f"_Built in {time.time() - started:.1f} s._", ""]
     atomic_write_text(out / "momentum.md", "\n".join(md))

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ropelab.report import Run, _plt, find_run_dirs, load_run, md_table, smoothed_train_loss
+from ropelab.report import Run, find_run_dirs, load_run, markdown_table, pyplot, smoothed_train_loss
 from ropelab.runs import atomic_write_text
 from ropelab.stats import Landmarks, estimate, lockin_step, onset_step, paired_difference, train_loss
 
@@ -117,7 +117,7 @@ def verdict(summary: pd.DataFrame, runs: pd.DataFrame, noise: str, gap: str) -> 
 
 
 def heatmaps(summary: pd.DataFrame, runs: pd.DataFrame, out: Path, dpi: int = 100) -> list[Path]:
-    plt = _plt()
+    plt = pyplot()
     gaps, variants = _gap_order(summary["gap"]), [v for v in VARIANT_ORDER if v in set(summary["variant"])]
     written = []
     for metric, title, fname, cmap, vmax in (
@@ -181,14 +181,15 @@ def write(sources: list[Path], out: Path, rule: Landmarks = Landmarks(), dpi: in
     gaps = _gap_order(runs["gap"])
     md += [f"Budget: {', '.join(sorted({f'{int(s)} steps' for s in runs['steps']}))} per run. Landmarks: "
            + rule.describe(), "", "A run *stalls* when its loss never leaves the plateau (no onset).", ""]
-    md += ["## Verdict per cell", "", "| noise | gap | spectral − rope, val loss | spectral − rope, onset | verdict |",
-           "|---|---|---|---|---|"]
+    verdicts = []
     for noise in NOISES:
         for gap in gaps:
             dl, do = spectral_minus_rope(runs, noise, gap)
-            md.append(f"| {noise} | {gap} | {dl.text('{:+.3f}')} | {do.text('{:+.0f}')} | "
-                      f"{verdict(summary, runs, noise, gap)} |")
-    md += ["", "## Cells", ""]
+            verdicts.append({"noise": noise, "gap": gap, "spectral − rope, val loss": dl.text("{:+.3f}"),
+                             "spectral − rope, onset": do.text("{:+.0f}"),
+                             "verdict": verdict(summary, runs, noise, gap)})
+    md += ["## Verdict per cell", "", markdown_table(pd.DataFrame(verdicts).set_index("noise"), "noise"), ""]
+    md += ["## Cells", ""]
     shown = summary.copy()
     shown["val loss"] = [f"{m:.3f} ± {s:.3f} (n={n})" if n > 1 else f"{m:.3f} (n={n})"
                          for m, s, n in zip(shown["val_loss_mean"], shown["val_loss_sd"], shown["n"])]
@@ -197,7 +198,7 @@ def write(sources: list[Path], out: Path, rule: Landmarks = Landmarks(), dpi: in
     shown["stalls"] = [f"{f:.0%}" for f in shown["stall_fraction"]]
     shown["median onset"] = shown["onset_median"].map(lambda v: "none" if pd.isna(v) else f"{v:.0f}")
     shown["median lock-in"] = shown["lockin_median"].map(lambda v: "none" if pd.isna(v) else f"{v:.0f}")
-    md += [md_table(shown.set_index("noise")[["gap", "variant", "val loss", "val acc %", "locks in", "stalls",
+    md += [markdown_table(shown.set_index("noise")[["gap", "variant", "val loss", "val acc %", "locks in", "stalls",
                                                "median onset", "median lock-in"]], "noise"), ""]
     figures = heatmaps(summary, runs, out, dpi)
     md += ["## Heat maps", "", *[f"![{p.stem}]({p.name})" for p in figures], ""]
