@@ -1,19 +1,23 @@
 """LightningModule: next-token loss on answer tokens, AdamW with warmup + cosine, answer metrics.
 
 Metric keys: ``train/loss`` (every step), ``train/lr``, ``val/loss``, ``val/acc`` (answer-token accuracy),
-``val/exact`` (whole answer right), the same under ``test/`` and ``ood/`` with per-group accuracy kept in
+``val/exact`` (whole answer right), the same under ``test/`` and ``ood/`` with per-group exact match kept in
 ``group_results`` for the run summary, and ``pos/<param>_mean`` for learnable positional parameters.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from typing import Any, Mapping
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torchmetrics import Metric
+from torchmetrics.classification import MulticlassAccuracy, MulticlassExactMatch
+from torchmetrics.functional.classification import multiclass_exact_match
+from torchmetrics.utilities import dim_zero_cat
 
 from ropelab.model import Llama
 from tasks.base import IGNORE
@@ -34,34 +38,79 @@ def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-class AnswerMetrics:
-    """Sums over batches: token loss, token accuracy, exact-match per example, accuracy per group."""
+class AnswerLoss(Metric):
+    """Mean cross-entropy over the answer tokens (targets other than ``IGNORE``) of every batch seen."""
 
     def __init__(self):
-        self.loss_sum = self.tokens = self.correct = self.exact = self.examples = 0.0
-        self.groups: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        super().__init__()
+        self.add_state("loss_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("tokens", torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        answer = targets != IGNORE
+        self.loss_sum += F.cross_entropy(logits[answer].float(), targets[answer], reduction="sum").double()
+        self.tokens += answer.sum()
+
+    def compute(self) -> torch.Tensor:  # summed in float64 across batches, logged as float32
+        return (self.loss_sum / self.tokens.clamp(min=1)).float()
+
+
+class ExactByGroup(Metric):
+    """Exact match per group (gap, depth, …): each example's group and whether its whole answer was right."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.add_state("groups", [], dist_reduce_fx="cat")
+        self.add_state("whole", [], dist_reduce_fx="cat")
+
+    def update(self, preds: torch.Tensor, targets: torch.Tensor, groups: torch.Tensor) -> None:
+        self.groups.append(groups)
+        self.whole.append(multiclass_exact_match(preds, targets, self.vocab_size, multidim_average="samplewise", ignore_index=IGNORE,
+                                                 validate_args=False).bool())
+
+    def compute(self) -> dict[int, dict[str, float]]:
+        """Per group: ``exact`` (whole answer right) over its ``examples``."""
+        if not self.groups:
+            return {}
+        ids, which = dim_zero_cat(self.groups).unique(return_inverse=True)
+        examples = torch.bincount(which, minlength=len(ids))
+        right = torch.bincount(which[dim_zero_cat(self.whole)], minlength=len(ids))
+        return {g: {"exact": ok / n, "examples": n} for g, ok, n in zip(ids.tolist(), right.tolist(), examples.tolist())}
+
+
+class AnswerMetrics(nn.Module):
+    """One evaluation pass: answer-token loss and accuracy, whole-answer exact match, exact match per group.
+
+    Only positions whose target is not ``IGNORE`` (the answer) count; the states stay on the device and are
+    read once, at ``compute``.
+    """
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.loss = AnswerLoss()
+        self.acc = MulticlassAccuracy(vocab_size, average="micro", ignore_index=IGNORE, validate_args=False)
+        self.exact = MulticlassExactMatch(vocab_size, ignore_index=IGNORE, validate_args=False)
+        self.by_group = ExactByGroup(vocab_size)
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor, groups: torch.Tensor | None) -> None:
-        mask = targets != IGNORE
-        self.loss_sum += F.cross_entropy(logits[mask].float(), targets[mask], reduction="sum").item()
-        hit = (logits.argmax(-1) == targets) & mask
-        self.tokens += mask.sum().item()
-        self.correct += hit.sum().item()
-        whole = (hit | ~mask).all(dim=1) & mask.any(dim=1)
-        self.exact += whole.sum().item()
-        self.examples += mask.any(dim=1).sum().item()
+        preds = logits.argmax(-1)
+        self.loss.update(logits, targets)
+        self.acc.update(preds, targets)
+        self.exact.update(preds, targets)
         if groups is not None:
-            for g, ok in zip(groups.tolist(), whole.tolist()):
-                self.groups[g][0] += ok
-                self.groups[g][1] += 1
+            self.by_group.update(preds, targets, groups)
 
-    def compute(self, prefix: str) -> dict[str, float]:
-        return {f"{prefix}/loss": self.loss_sum / max(self.tokens, 1), f"{prefix}/acc": self.correct / max(self.tokens, 1),
-                f"{prefix}/exact": self.exact / max(self.examples, 1)}
+    def compute(self, prefix: str) -> dict[str, torch.Tensor]:
+        return {f"{prefix}/loss": self.loss.compute(), f"{prefix}/acc": self.acc.compute(),
+                f"{prefix}/exact": self.exact.compute()}
 
     def per_group(self) -> dict[int, dict[str, float]]:
-        """Per group (gap, depth, …): ``exact`` (whole answer right) over its ``examples``."""
-        return {g: {"exact": ok / n, "examples": int(n)} for g, (ok, n) in sorted(self.groups.items())}
+        return self.by_group.compute()
+
+    def reset(self) -> None:
+        for metric in self.children():
+            metric.reset()
 
 
 class LitLM(L.LightningModule):
@@ -69,12 +118,10 @@ class LitLM(L.LightningModule):
         super().__init__()
         self.model, self.optim, self.max_steps = model, dict(optim), max_steps
         self.diverge_grad_norm = diverge_grad_norm
-        self._metrics: dict[str, AnswerMetrics] = {}
+        # child modules, so they follow the model to its device; their states are not saved in checkpoints
+        self.answer_metrics = nn.ModuleDict({split: AnswerMetrics(model.cfg.vocab_size) for split in ("val", "test", "ood")})
         self.group_results: dict[str, dict[int, dict[str, float]]] = {}
         self.last_finite_loss: float | None = None
-
-    def forward(self, idx):
-        return self.model(idx)
 
     @staticmethod
     def loss(logits, targets):
@@ -103,13 +150,14 @@ class LitLM(L.LightningModule):
 
     def _eval_step(self, batch, split: str):
         inputs, targets, groups = batch
-        self._metrics.setdefault(split, AnswerMetrics()).update(self.model(inputs), targets, groups)
+        self.answer_metrics[split].update(self.model(inputs), targets, groups)
 
     def validation_step(self, batch, batch_idx):
         self._eval_step(batch, "val")
 
     def on_validation_epoch_end(self):
-        metrics = self._metrics.pop("val", AnswerMetrics()).compute("val")
+        metrics = self.answer_metrics["val"].compute("val")
+        self.answer_metrics["val"].reset()
         for name, p in self.model.pos.positional_parameters().items():
             metrics[f"pos/{name}_mean"] = float(p.detach().float().mean())
         self.log_dict(metrics)
@@ -119,9 +167,10 @@ class LitLM(L.LightningModule):
 
     def on_test_epoch_end(self):
         for split in ("test", "ood"):
-            m = self._metrics.pop(split, AnswerMetrics())
+            m = self.answer_metrics[split]
             self.group_results[split] = m.per_group()
             self.log_dict(m.compute(split), add_dataloader_idx=False)
+            m.reset()
 
     def configure_optimizers(self):
         o = self.optim
