@@ -9,34 +9,75 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
+from typing import Any
 
-from lightning.fabric.loggers.csv_logs import _ExperimentWriter
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
-
-
-class _KeepingWriter(_ExperimentWriter):
-    def _check_log_dir_exists(self) -> None:  # keep what is there
-        path = Path(self.metrics_file_path)
-        if path.is_file():
-            with path.open(newline="") as f:
-                self.metrics_keys = sorted(csv.DictReader(f).fieldnames or [])
+from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_only
+from torch import Tensor
 
 
-class RunCSVLogger(CSVLogger):
-    """CSV metrics written straight into ``save_dir/metrics.csv`` (no name/version subfolders)."""
+class RunCSVLogger(Logger):
+    """``save_dir/metrics.csv``: one row per logged step, the columns sorted by name, blank where a step has no value.
+
+    Rows are buffered and appended every ``flush_logs_every_n_steps`` steps and at each ``save`` (after every
+    validation: ``callbacks.FlushLoggers``); the file Lightning's CSVLogger writes, except that a file already
+    there is appended to, never deleted. A metric seen for the first time widens the header: the file is
+    rewritten once with the new column.
+    """
 
     def __init__(self, save_dir: str, flush_logs_every_n_steps: int = 50):
-        super().__init__(save_dir=save_dir, name="", version="", flush_logs_every_n_steps=flush_logs_every_n_steps)
+        super().__init__()
+        self._save_dir, self.flush_every = str(save_dir), flush_logs_every_n_steps
+        self.path = Path(save_dir) / "metrics.csv"
+        self.pending: list[dict[str, Any]] = []
 
     @property
-    def experiment(self):
-        if self._experiment is None:
-            Path(self.log_dir).mkdir(parents=True, exist_ok=True)
-            self._experiment = _KeepingWriter(log_dir=self.log_dir)
-        return self._experiment
+    def name(self) -> str:
+        return ""
 
+    @property
+    def version(self) -> str:
+        return ""
+
+    @property
+    def save_dir(self) -> str:
+        return self._save_dir
+
+    @property
+    def log_dir(self) -> str:
+        return self._save_dir
+
+    @rank_zero_only
     def log_hyperparams(self, params=None, *args, **kwargs) -> None:  # the run folder has config.yaml already
         pass
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        step = len(self.pending) if step is None else step
+        self.pending.append({**{k: v.item() if isinstance(v, Tensor) else v for k, v in metrics.items()}, "step": step})
+        if (step + 1) % self.flush_every == 0:
+            self.save()
+
+    @rank_zero_only
+    def save(self) -> None:
+        if not self.pending:
+            return
+        exists = self.path.is_file()
+        columns = _read_csv(self.path, header_only=True)[0] if exists else []
+        wider = sorted(set(columns).union(*self.pending))
+        if exists and wider != columns:
+            _write_csv(self.path, wider, _read_csv(self.path)[1])
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a" if exists else "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=wider)
+            if not exists:
+                writer.writeheader()
+            writer.writerows(self.pending)
+        self.pending = []
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        self.save()
 
 
 def truncate_metrics(metrics_csv: Path, from_step: int) -> None:
@@ -44,11 +85,19 @@ def truncate_metrics(metrics_csv: Path, from_step: int) -> None:
     metrics_csv = Path(metrics_csv)
     if not metrics_csv.is_file():
         return
-    with metrics_csv.open(newline="") as f:
+    columns, rows = _read_csv(metrics_csv)
+    _write_csv(metrics_csv, columns, [r for r in rows if int(float(r["step"])) < from_step])
+
+
+def _read_csv(path: Path, header_only: bool = False) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open(newline="") as f:
         reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames or [], [r for r in reader if int(float(r["step"])) < from_step]
-    with metrics_csv.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
+        return list(reader.fieldnames or []), [] if header_only else list(reader)
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
 
