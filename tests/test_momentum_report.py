@@ -10,11 +10,12 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from conftest import ROOT
+from ropelab import config
 from ropelab import momentum_report as mr
+from ropelab.errors import ConfigError
 from ropelab.model import LlamaConfig, build_model
 from ropelab.positional.rotary import inverse_frequencies
 from ropelab.stats import t975
-from tasks.base import ConfigError
 
 CONF = ROOT / "conf"
 
@@ -238,11 +239,10 @@ def _fake_sweep(root, tasks=("assoc_recall", "mean_pooling"), gammas=(0.0, 0.5, 
         for profile in freqs:
             for g in gammas:
                 for s in seeds:
-                    cfg = _compose(f"task={task}", "pos=rope", f"pos.freqs={profile}", f"pos.momentum.gamma={g}",
-                                   f"seed={s}", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
-                                   "model.mlp_hidden=32", "data.val_size=8", "data.eval_batch_size=8")
+                    cfg = config.compose([f"task={task}", "pos=rope", f"pos.freqs={profile}", f"pos.momentum.gamma={g}",
+                                          f"seed={s}", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+                                          "model.mlp_hidden=32", "data.val_size=8", "data.eval_batch_size=8"])
                     cfg = OmegaConf.to_container(cfg, resolve=False)
-                    cfg.pop("hydra")
                     job = root / f"pos.freqs={profile},pos.momentum.gamma={g:g},pos=rope,seed={s},task={task}"
                     job.mkdir(parents=True)
                     (job / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -311,3 +311,11 @@ def test_make_momentum_runs_both_sweeps_then_reports_from_the_records():
     assert "|| status=1" in plan and "exit $status" in plan  # a failed job does not stop the other sweep
     for name in ("momentum_gamma", "momentum_freqs"):
         assert _compose(f"experiment={name}").record == f"results/{name}"  # recorded jobs are skipped on a rerun
+
+
+def test_a_task_no_gamma_lifts_above_its_guess_floor_is_not_learned():
+    at_floor = {0.0: {0: 0.25, 1: 0.26}, 1.0: {0: 0.24, 1: 0.27}, 2.0: {0: 0.29, 1: 0.25}}
+    assert mr.gamma_verdict(at_floor, margin=0.05, floor=0.25).label == "not learned"
+    assert mr.gamma_verdict(at_floor, margin=0.05, floor=0.10).label != "not learned"   # 15 pts above a lower floor
+    learned_once = {**at_floor, 2.0: {0: 0.60, 1: 0.62}}
+    assert mr.gamma_verdict(learned_once, margin=0.05, floor=0.25).label == "monotone gain"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import yaml
@@ -66,11 +67,11 @@ def task_from_config(task_cfg: dict):
     return tasks.build(task_cfg["name"], **params)
 
 
-def baselines(record_root: Path, n: int = 20000) -> dict[str, float]:
-    """Guess accuracy (the floor) per task of the run records under ``record_root`` (first config per task)."""
+def baselines(configs: Iterable[Path], n: int = 20000) -> dict[str, float]:
+    """Guess accuracy (the floor) per task of the runs whose ``config.yaml`` files are given (first per task)."""
     found: dict[str, dict] = {}
-    for config in sorted(Path(record_root).glob("*/config.yaml")):
-        task_cfg = yaml.safe_load(config.read_text())["task"]
+    for config in configs:
+        task_cfg = yaml.safe_load(Path(config).read_text())["task"]
         found.setdefault(task_cfg["name"], task_cfg)
     return {name: guess_accuracy(task_from_config(cfg), n) for name, cfg in found.items()}
 
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("record_root", type=Path, help="a folder of run records, e.g. results/momentum_gamma")
     p.add_argument("--n", type=int, default=20000, help="examples to fit and to score the guess on")
     args = p.parse_args(argv)
-    for name, acc in baselines(args.record_root, args.n).items():
+    for name, acc in baselines(sorted(args.record_root.glob("*/config.yaml")), args.n).items():
         print(f"{name}: guess accuracy {100 * acc:.1f} %")
     return 0
 

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from ropelab.report import budget_lines, file_part, load_paper_values, markdown_table, open_report, pyplot
+from ropelab.guess import baselines
 from ropelab.report.sweep import GAMMA
 from ropelab.runs import atomic_write_text
 from ropelab.stats import Estimate, Landmarks, estimate, paired_difference
@@ -118,7 +119,7 @@ def degradation(values: pd.DataFrame, g0: float = 0.0, g1: float = 2.0,
 
 @dataclass(frozen=True)
 class Verdict:
-    label: str                         # monotone gain | inverted U | U | monotone drop | flat | no clear change | other | too few seeds
+    label: str                         # not learned | monotone gain | inverted U | U | monotone drop | flat | no clear change | other | too few seeds
     reason: str                        # the numbers the label rests on
     slope: Estimate                    # per-seed slope of accuracy against γ's rank, over seeds
     diffs: dict                        # γ → Estimate of a(γ) − a(γ_first), paired by seed
@@ -138,8 +139,10 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return float((x * (y - y.mean())).sum() / (x * x).sum())
 
 
-def gamma_verdict(by_gamma: Mapping[float, Mapping[Any, float]], margin: float = 0.05) -> Verdict:
-    """``by_gamma``: γ → {seed: accuracy}. The test in the module docstring; ``margin`` in accuracy units."""
+def gamma_verdict(by_gamma: Mapping[float, Mapping[Any, float]], margin: float = 0.05,
+                  floor: float | None = None) -> Verdict:
+    """``by_gamma``: γ → {seed: accuracy}. The test in the module docstring; ``margin`` in accuracy units;
+    ``floor``: the task's guess accuracy (ropelab.guess) — a task no γ lifts above it says nothing about γ."""
     gammas = sorted(float(g) for g in by_gamma)
     data = {float(g): {s: v for s, v in seeds.items() if _finite(v)} for g, seeds in by_gamma.items()}
     means = {g: estimate(data[g].values()) for g in gammas}
@@ -156,6 +159,9 @@ def gamma_verdict(by_gamma: Mapping[float, Mapping[Any, float]], margin: float =
         return f"{unit * e.mean:+.1f} [{unit * e.low:+.1f}, {unit * e.high:+.1f}]"
 
     slope_text = f"slope per γ step {ci(slope)} pts"
+    if floor is not None and all(e.n and e.mean <= floor + margin for e in means.values()):
+        return Verdict("not learned", f"every γ's mean within {100 * margin:g} pts of the guess floor "
+                       f"{100 * floor:.1f} %: the task says nothing about γ; {slope_text}", slope, diffs, means)
     defined = {g: d for g, d in diffs.items() if d.n > 1}
     widest = max(max(abs(d.low), abs(d.high)) for d in defined.values())
     if widest <= margin:
@@ -294,7 +300,9 @@ def _by_gamma(rows: pd.DataFrame) -> dict[float, dict]:
     return {g: dict(zip(r["seed"], r["value"])) for g, r in rows.groupby("gamma")}
 
 
-def verdict_section(table: pd.DataFrame, out: Path, dpi: int, margin: float) -> tuple[list[str], dict]:
+def verdict_section(table: pd.DataFrame, out: Path, dpi: int, margin: float,
+                    floors: Mapping[str, float] | None = None) -> tuple[list[str], dict]:
+    floors = floors or {}
     md, verdicts, figures = [], {}, []
     for group in _groups(table):
         here = table[table["group"] == group]
@@ -302,21 +310,25 @@ def verdict_section(table: pd.DataFrame, out: Path, dpi: int, margin: float) -> 
             continue
         rows = []
         for task in _tasks(here):
-            v = gamma_verdict(_by_gamma(here[here["task"] == task]), margin)
+            v = gamma_verdict(_by_gamma(here[here["task"] == task]), margin, floors.get(task))
             verdicts[(group, task)] = v
             claim = CLAIMS.get(task, ("–", ""))[0]
-            rows.append({"task": task, "paper": claim, "ours": v.label, **{
+            floor = f"{100 * floors[task]:.1f}" if task in floors else "–"
+            rows.append({"task": task, "paper": claim, "ours": v.label, "guess floor": floor, **{
                 f"γ={g:g}": _est(Estimate(100 * e.mean, 100 * e.sd, e.n)) for g, e in v.means.items()},
                 "test": v.reason})
         md += [f"#### {group.replace('freqs=', 'profile ')}", "",
                markdown_table(pd.DataFrame(rows).set_index("task")), ""]
-        figures.append(plot_gamma_response(here, verdicts, group, out, dpi))
+        figures.append(plot_gamma_response(here, verdicts, group, out, dpi, floors))
     if not md:
         return [], {}
     head = ["### Accuracy against γ: verdicts", "",
             "val/acc in %, mean [95 % t interval] (n seeds). The verdict is a test against the seed spread "
             f"(ropelab.momentum_report.gamma_verdict): Δ(γ) = a(γ) − a(γ=0) paired by seed; slope = per seed the "
-            "least-squares slope of accuracy against γ's rank, t interval over seeds. In order: **flat** = every "
+            "least-squares slope of accuracy against γ's rank, t interval over seeds. `guess floor`: the better of "
+            "answering with the group's most frequent answer and guessing among the answer tokens in the input "
+            "(ropelab.guess, 20k examples of the runs' task config). In order: **not learned** = every γ's mean "
+            f"within {100 * margin:g} pts of the floor (the task then says nothing about γ); **flat** = every "
             f"Δ(γ) interval within ±{100 * margin:g} pts (an equivalence test); **inverted U** = the best interior γ "
             "significantly above both ends; **U** = the mirror; **monotone gain / drop** = the slope's interval "
             "above / below 0; **no clear change** = no Δ excludes 0 but some interval is wider than the margin; "
@@ -401,7 +413,8 @@ def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: i
 
 # ----------------------------------------------------------------------------------------------- figures
 
-def plot_gamma_response(table: pd.DataFrame, verdicts: dict, group: str, out: Path, dpi: int) -> Path:
+def plot_gamma_response(table: pd.DataFrame, verdicts: dict, group: str, out: Path, dpi: int,
+                        floors: Mapping[str, float] | None = None) -> Path:
     plt = pyplot()
     tasks = _tasks(table)
     cols = min(len(tasks), 2)
@@ -420,6 +433,8 @@ def plot_gamma_response(table: pd.DataFrame, verdicts: dict, group: str, out: Pa
         err = np.array([100 * (e.half_width if e.n > 1 else 0) for e in ests])
         ax.errorbar(range(len(gammas)), means, yerr=err, fmt="o-", color="C0", capsize=4, lw=1.6,
                     label="mean, 95 % t interval")
+        if floors and task in floors:
+            ax.axhline(100 * floors[task], color="C3", ls="--", lw=1, label="guess floor (ropelab.guess)")
         ax.set_xticks(range(len(gammas)), [f"{g:g}" for g in gammas])
         v = verdicts.get((group, task))
         claim = CLAIMS.get(task, ("–", ""))[0]
@@ -499,6 +514,8 @@ def claims_section(sweep, degradation_results: dict, verdicts: dict, masses: dic
         ours = f"{v.label}; γ={last:g} − γ=0: {_est(_scaled(v.diffs[last]))} pts" if last is not None else v.label
         if v.label == expected:
             verdict = "reproduced"
+        elif v.label == "not learned":
+            verdict = "says nothing: not learned at any γ (at the guess floor)"
         elif v.label in ("no clear change", "too few seeds"):
             verdict = "inconclusive" if expected != "flat" else f"not shown: Δ intervals wider than ±{100 * margin:g} pts"
         else:
@@ -541,9 +558,10 @@ def section(sweep, out: Path, dpi: int = 100, attention: bool = True, layer: int
     table = seed_table(sweep)
     if table.empty or table["gamma"].nunique() < 2:
         return []
+    floors = baselines(run.path / "config.yaml" for run in sweep.runs if (run.path / "config.yaml").is_file())
     md = ["## Momentum attention (ropelab.momentum_report)", ""]
     deg_md, deg = degradation_section(table)
-    ver_md, verdicts = verdict_section(table, out, dpi, margin)
+    ver_md, verdicts = verdict_section(table, out, dpi, margin, floors)
     att_md, masses = attention_section(table, out, dpi, k, layer, n_examples,
                                        [Path(p) for p in ckpt_roots]) if attention else ([], {})
     md += deg_md + ver_md + att_md + claims_section(sweep, deg, verdicts, masses, margin)
