@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from conftest import ROOT
 from ropelab import config
 from ropelab import momentum_report as mr
-from ropelab.errors import ConfigError
+from tasks.base import ConfigError
 from ropelab.model import LlamaConfig, build_model
 from ropelab.positional.rotary import inverse_frequencies
 from ropelab.stats import t975
