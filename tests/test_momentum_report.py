@@ -10,12 +10,11 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from conftest import ROOT
-from ropelab import config
 from ropelab import momentum_report as mr
-from tasks.base import ConfigError
 from ropelab.model import LlamaConfig, build_model
 from ropelab.positional.rotary import inverse_frequencies
 from ropelab.stats import t975
+from tasks.base import ConfigError
 
 CONF = ROOT / "conf"
 
@@ -239,10 +238,11 @@ def _fake_sweep(root, tasks=("assoc_recall", "mean_pooling"), gammas=(0.0, 0.5, 
         for profile in freqs:
             for g in gammas:
                 for s in seeds:
-                    cfg = config.compose([f"task={task}", "pos=rope", f"pos.freqs={profile}", f"pos.momentum.gamma={g}",
-                                          f"seed={s}", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
-                                          "model.mlp_hidden=32", "data.val_size=8", "data.eval_batch_size=8"])
+                    cfg = _compose(f"task={task}", "pos=rope", f"pos.freqs={profile}", f"pos.momentum.gamma={g}",
+                                   f"seed={s}", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+                                   "model.mlp_hidden=32", "data.val_size=8", "data.eval_batch_size=8")
                     cfg = OmegaConf.to_container(cfg, resolve=False)
+                    cfg.pop("hydra")
                     job = root / f"pos.freqs={profile},pos.momentum.gamma={g:g},pos=rope,seed={s},task={task}"
                     job.mkdir(parents=True)
                     (job / "config.yaml").write_text(yaml.safe_dump(cfg))
