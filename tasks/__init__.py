@@ -4,47 +4,35 @@
     >>> task = tasks.build("bio_rotation", motif_len=4)
     >>> inputs, targets = task.sample(np.random.default_rng(0), 2)
 
-Adding a task: write ``tasks/<name>.py`` with a ``Task`` subclass whose ``name`` is ``<name>``,
-list the module in ``_MODULES`` and add ``conf/task/<name>.yaml``.
+A task is two files: ``tasks/<name>.py`` defining one ``Task`` subclass (its ``name`` is the file's) and
+``conf/task/<name>.yaml`` with its options; nothing lists the tasks (README, "Extending").
 """
 
 from __future__ import annotations
 
+import inspect
 
-from tasks.base import IGNORE, ConfigError, Task, discover, pack
-
-_MODULES = [
-    "bio_rotation",
-    "dyck3",
-    "mod_arith",
-    "indirect_indexing",
-    "assoc_recall",
-    "variable_tracking",
-    "global_counting",
-    "mean_pooling",
-    "code_lm",
-]
+from ropelab.errors import ConfigError, discover
+from tasks.base import IGNORE, Task, pack
 
 
 def registry() -> dict[str, type[Task]]:
-    return discover("tasks", _MODULES, Task)
+    return discover("tasks", Task)
 
 
 def names() -> list[str]:
-    return list(_MODULES)
+    return list(registry())
 
 
 def build(name: str, **params) -> Task:
     """Build task ``name`` with its parameters; unknown names or keys raise a one-line ConfigError."""
     classes = registry()
     if name not in classes:
-        raise ConfigError(f"task={name!r} is unknown: choose one of {', '.join(sorted(classes))}")
+        raise ConfigError(f"task={name!r} is unknown: choose one of {', '.join(classes)}")
     cls = classes[name]
     try:
         return cls(**params)
     except TypeError as err:  # an unexpected keyword: name it and list what the task takes
-        import inspect
-
         allowed = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
         raise ConfigError(f"task.{name}: {err}; valid keys: {', '.join(allowed)}") from None
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.base import BOS, IGNORE, PAD, Task, pack, require, require_int
+from ropelab.errors import require, require_int
+from tasks.base import BOS, IGNORE, PAD, Task, pack
 
 
 class AssocRecall(Task):
-    name = "assoc_recall"
     group_name = "pairs"
 
     def __init__(self, n_keys: int = 64, n_values: int = 64, pairs_min: int = 4, pairs_max: int = 16,

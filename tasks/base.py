@@ -20,43 +20,17 @@ PAD = "<pad>"
 BOS = "<bos>"
 
 
-class ConfigError(ValueError):
-    """A bad configuration value; the message is one line naming the key and what is allowed."""
-
-
-def require(ok: bool, key: str, value, allowed: str) -> None:
-    """Raise ConfigError("key=value: allowed") unless ok."""
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is invalid: {allowed}")
-
-
-def require_int(value, key: str, low: int, allowed: str | None = None) -> int:
-    """An integer (not a bool) >= low, else a one-line ConfigError naming the key."""
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= low, key, value,
-            allowed or f"an integer >= {low}")
-    return value
-
-
-def discover(package: str, module_names: list[str], base: type) -> dict[str, type]:
-    """{name: class} for the ``base`` subclass whose ``name`` equals its module's name, in each listed module."""
-    import importlib
-
-    found: dict[str, type] = {}
-    for module_name in module_names:
-        module = importlib.import_module(f"{package}.{module_name}")
-        for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, base) and obj is not base and obj.name == module_name:
-                found[obj.name] = obj
-    return found
-
-
 class Task:
     """Base class: subclasses set ``vocab``/``seq_len`` in ``__init__`` and implement ``sample_grouped``."""
 
-    name: ClassVar[str] = ""
+    name: ClassVar[str] = ""  # the module's name: a task is its file, tasks/<name>.py
     group_name: ClassVar[str] = "length"
     vocab: list[str]
     seq_len: int
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.name = cls.__module__.rpartition(".")[2]
 
     def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         inputs, targets, _ = self.sample_grouped(rng, n)
@@ -68,10 +42,6 @@ class Task:
     def for_split(self, split: str) -> "Task":
         """The task to draw ``split`` ("train", "val", "test", "ood") from; corpus tasks override this."""
         return self
-
-    @property
-    def token_id(self) -> dict[str, int]:
-        return {tok: i for i, tok in enumerate(self.vocab)}
 
     def decode(self, ids: Sequence[int], sep: str = " ") -> str:
         return sep.join(self.vocab[int(i)] for i in ids if int(i) >= 0 and int(i) != 0)

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require, require_int
+from ropelab.errors import require, require_int
+from tasks.base import BOS, PAD, Task, pack
 
 BASES = "ACGT"
 COMPLEMENT = np.array([3, 2, 1, 0])  # A<->T, C<->G as indices into BASES
 
 
 class BioRotation(Task):
-    name = "bio_rotation"
     group_name = "gap"
 
     def __init__(self, motif_len: int = 8, gap_min: int = 100, gap_max: int = 200, noise: str = "lower",

@@ -27,7 +27,8 @@ import os
 
 import numpy as np
 
-from tasks.base import PAD, Task, require, require_int
+from ropelab.errors import require, require_int
+from tasks.base import PAD, Task
 
 UNK = "<unk>"
 CHARS = ["\n", "\t", *(chr(c) for c in range(32, 127))]
@@ -65,7 +66,6 @@ def encode(data: bytes) -> np.ndarray:
 
 
 class CodeLM(Task):
-    name = "code_lm"
     group_name = "window"
 
     def __init__(self, window: int = 128, val_percent: int = 5, test_percent: int = 5, root: str | None = None):

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require, require_int
+from ropelab.errors import require, require_int
+from tasks.base import BOS, PAD, Task, pack
 
 OPEN, CLOSE = "([{", ")]}"
 
 
 class Dyck3(Task):
-    name = "dyck3"
     group_name = "depth"
 
     def __init__(self, depth_min: int = 1, depth_max: int = 8, len_min: int = 8, len_max: int = 48):

@@ -21,11 +21,11 @@ import string
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require, require_int
+from ropelab.errors import require, require_int
+from tasks.base import BOS, PAD, Task, pack
 
 
 class GlobalCounting(Task):
-    name = "global_counting"
     group_name = "length"
 
     def __init__(self, len_min: int = 16, len_max: int = 64, n_symbols: int = 4, max_count: int = 128,

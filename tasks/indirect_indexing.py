@@ -33,7 +33,8 @@ import string
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require, require_int
+from ropelab.errors import require, require_int
+from tasks.base import BOS, PAD, Task, pack
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
 FORMATS = ("paper", "compact")
@@ -41,7 +42,6 @@ DIGITS = "0123456789"
 
 
 class IndirectIndexing(Task):
-    name = "indirect_indexing"
     group_name = "length"
 
     def __init__(self, len_min: int = 20, len_max: int = 40, shift_max: int = 15, group_bin: int = 5,
@@ -62,7 +62,8 @@ class IndirectIndexing(Task):
         else:
             self.vocab = [PAD, BOS, ",", *LETTERS, *(str(s) for s in range(-shift_max, shift_max + 1))]
             self.seq_len = 1 + len_max + 6 - 1  # ", src , shift , answer"; inputs drop the answer token
-        self.letter0 = self.vocab.index("A")
+        self.token_id = {tok: i for i, tok in enumerate(self.vocab)}
+        self.letter0 = self.token_id["A"]
 
     def shift_tokens(self, shift: int) -> list[int]:
         """The token ids that write ``shift`` in this format."""

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require, require_int
+from ropelab.errors import require, require_int
+from tasks.base import BOS, PAD, Task, pack
 
 
 def rounded_mean(values: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -29,7 +30,6 @@ def rounded_mean(values: np.ndarray, length: np.ndarray) -> np.ndarray:
 
 
 class MeanPooling(Task):
-    name = "mean_pooling"
     group_name = "length"
 
     def __init__(self, len_min: int = 8, len_max: int = 64, n_values: int = 10, dist: str = "mixed",

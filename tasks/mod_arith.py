@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require, require_int
+from ropelab.errors import require, require_int
+from tasks.base import BOS, PAD, Task, pack
 
 
 class ModArith(Task):
-    name = "mod_arith"
     group_name = "terms"
 
     def __init__(self, modulus: int = 7, terms_min: int = 3, terms_max: int = 3, operand_min: int = 0,

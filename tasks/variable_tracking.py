@@ -20,13 +20,13 @@ import string
 
 import numpy as np
 
-from tasks.base import BOS, PAD, Task, pack, require, require_int
+from ropelab.errors import require, require_int
+from tasks.base import BOS, PAD, Task, pack
 
 NAMES = string.ascii_lowercase + string.ascii_uppercase
 
 
 class VariableTracking(Task):
-    name = "variable_tracking"
     group_name = "chain"
 
     def __init__(self, chain_min: int = 1, chain_max: int = 4, n_distractors: int = 3, n_vars: int = 52,

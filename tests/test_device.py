@@ -5,14 +5,16 @@ import pytest
 import torch
 
 from ropelab import machine, positional
-from ropelab.bench import pos_config
-from ropelab.model import LlamaConfig, build_model
+from ropelab.build import model_for
+from ropelab.config import compose
 
 
 @pytest.mark.parametrize("scheme", positional.names())
 def test_forward_and_backward_stay_on_the_model_device(scheme):
-    cfg = LlamaConfig(vocab_size=16, d_model=32, n_layers=2, n_heads=2, mlp_hidden=64, max_len=24)
-    model = build_model(cfg, pos_config(scheme, {"momentum": {"gamma": 0.5}} if scheme == "rope" else {})).to("meta")
+    momentum = ["pos.momentum.gamma=0.5"] if scheme == "rope" else []
+    cfg = compose([f"pos={scheme}", *momentum, "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
+                   "model.mlp_hidden=64"])
+    model = model_for(cfg, vocab_size=16, max_len=24).to("meta")
     idx = torch.zeros(2, 20, dtype=torch.long, device="meta")
     logits = model(idx)
     logits.float().sum().backward()

@@ -14,10 +14,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import HANG_GUARD_S, ROOT, TINY, run_train
-from ropelab import runs
+from ropelab import config, runs
+from ropelab.cli import axis_values
 from ropelab.config import check_config
+from ropelab.errors import ConfigError
 from ropelab.train import FINAL_METRICS, _check_single_run_of_preset
-from tasks.base import ConfigError
 
 CONF = str(ROOT / "conf")
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -25,8 +26,11 @@ HARMLESS = ("validated against ConfigStore schema", "LeafSpec", "litlogger", "an
 
 
 def composed(*overrides, hydra=False):
+    """The config a run gets, or with ``hydra`` Hydra's own node beside it (names left to Hydra to resolve)."""
+    if not hydra:
+        return config.compose(overrides)
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
 
 
 def job_folder(*overrides) -> str:
@@ -201,7 +205,7 @@ def test_a_preset_without_m_names_only_its_multi_valued_axes(preset):
     """Every fixed axis (one value) is in the preset's config, so a single run trains it; the refusal names -m
     and the axes left to pick, and picking them is enough."""
     cfg = composed(f"experiment={preset}", hydra=True)
-    axes = {k: str(v).split(",") for k, v in cfg.hydra.sweeper.params.items()}
+    axes = {k: [str(v) for v in axis_values(k, values)] for k, values in cfg.hydra.sweeper.params.items()}
     several = [k for k, values in axes.items() if len(values) > 1]
     with pytest.raises(ConfigError) as err:
         _check_single_run_of_preset(cfg, cfg.hydra)

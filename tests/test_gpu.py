@@ -14,14 +14,12 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 
-from conftest import ROOT, TINY  # noqa: E402
-from ropelab import machine, positional  # noqa: E402
-from ropelab.bench import pos_config  # noqa: E402
+from conftest import TINY  # noqa: E402
+from ropelab import config, machine, positional  # noqa: E402
+from ropelab.build import model_for  # noqa: E402
 from ropelab.data import build_tasks, draw  # noqa: E402
 from ropelab.lit import LitLM  # noqa: E402
-from ropelab.model import LlamaConfig, build_model  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -38,17 +36,18 @@ def device() -> str:
     return "cuda"
 
 
-def _tiny_model(scheme: str, max_len: int, overrides: dict | None = None):
-    cfg = LlamaConfig(vocab_size=16, d_model=32, n_layers=2, n_heads=2, mlp_hidden=64, max_len=max_len)
-    torch.manual_seed(0)
-    return build_model(cfg, pos_config(scheme, overrides or {}))
+def _tiny_model(scheme: str, max_len: int, overrides: list[str] = ()):
+    cfg = config.compose([f"pos={scheme}", *overrides, "model.d_model=32", "model.n_layers=2", "model.n_heads=2",
+                          "model.mlp_hidden=64"])
+    return model_for(cfg, vocab_size=16, max_len=max_len)
 
 
-SCHEMES = [(name, {}) for name in positional.names()] + [("rope", {"momentum": {"gamma": 0.5}}),
-                                                          ("alibi", {"heads_fraction": 0.5})]
+SCHEMES = [(name, []) for name in positional.names()] + [("rope", ["pos.momentum.gamma=0.5"]),
+                                                          ("alibi", ["pos.heads_fraction=0.5"])]
 
 
-@pytest.mark.parametrize("scheme, overrides", SCHEMES, ids=[f"{n}{'+' if o else ''}{'-'.join(o)}" for n, o in SCHEMES])
+@pytest.mark.parametrize("scheme, overrides", SCHEMES,
+                         ids=[n + "".join(f"+{o.split('=')[0].split('.')[1]}" for o in os) for n, os in SCHEMES])
 def test_every_scheme_trains_on_the_device_at_auto_precision(device, scheme, overrides):
     """A real bio_rotation batch, the autocast a run with trainer.precision=auto gets there, a full AdamW step:
     the loss is finite and every parameter, gradient and optimizer state stays on the device."""
@@ -98,11 +97,9 @@ def test_a_run_through_hydra_and_lightning_on_the_device(device, tmp_path):
     from ropelab.train import run
 
     accelerator = "cuda" if device == "cuda" else "cpu"
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[*TINY, "pos=spectral", "trainer.max_steps=3", "trainer.val_every=2",
-                                           f"trainer.accelerator={accelerator}", "trainer.precision=auto",
-                                           "task.gap_min=10", "task.gap_max=20", "task.ood.gap_min=20",
-                                           "task.ood.gap_max=30"])
+    cfg = config.compose([*TINY, "pos=spectral", "trainer.max_steps=3", "trainer.val_every=2",
+                          f"trainer.accelerator={accelerator}", "trainer.precision=auto", "task.gap_min=10",
+                          "task.gap_max=20", "task.ood.gap_min=20", "task.ood.gap_max=30"])
     summary = run(cfg, tmp_path / "run")
     assert summary["status"] == "completed", summary.get("error")
     assert summary["accelerator"] == device and summary["precision"] == machine.choose(device, "auto")[1]

@@ -132,13 +132,14 @@ def test_a_bad_format_is_one_line():
 
 @pytest.mark.parametrize("delta_init", ["zero", "uniform"])
 def test_pope_delta_init_by_config(delta_init):
-    from ropelab.attention_maps import model_from_config
+    from ropelab.build import build
+    from ropelab.config import compose
 
-    pos = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/pos/pope.yaml"))
-    assert pos["delta_init"] == "zero", "the default: zero helps length generalisation (paper)"
-    cfg = {"task": OmegaConf.to_container(OmegaConf.load(ROOT / "conf/task/indirect_indexing.yaml")),
-           "model": dict(d_model=32, n_layers=1, n_heads=2, mlp_hidden=64), "pos": {**pos, "delta_init": delta_init}}
-    delta = model_from_config(cfg)[0].pos.delta.detach()
+    assert OmegaConf.load(ROOT / "conf/pos/pope.yaml").delta_init == "zero", "the default: zero helps length " \
+        "generalisation (paper)"
+    cfg = compose(["task=indirect_indexing", "pos=pope", f"pos.delta_init={delta_init}", "model.d_model=32",
+                   "model.n_layers=1", "model.n_heads=2", "model.mlp_hidden=64"])
+    delta = build(cfg).model.pos.delta.detach()
     assert delta.shape == (2, 16)
     if delta_init == "zero":
         assert torch_all_zero(delta)

@@ -10,11 +10,12 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from conftest import ROOT
+from ropelab import config
 from ropelab import momentum_report as mr
+from ropelab.errors import ConfigError
 from ropelab.model import LlamaConfig, build_model
 from ropelab.positional.rotary import inverse_frequencies
 from ropelab.stats import t975
-from tasks.base import ConfigError
 
 CONF = ROOT / "conf"
 
@@ -82,7 +83,7 @@ def test_profiles_compose_into_the_model(profile, scheme):
     """A profile given on the command line reaches the scheme's frequency table (Ω for spectral/bifocal)."""
     from omegaconf import OmegaConf
 
-    cfg = _compose("task=assoc_recall", f"pos={scheme}", f"pos.freqs={profile}", "model.n_layers=1")
+    cfg = config.compose(["task=assoc_recall", f"pos={scheme}", f"pos.freqs={profile}", "model.n_layers=1"])
     pos = OmegaConf.to_container(cfg.pos, resolve=True)
     model = build_model(LlamaConfig(vocab_size=11, max_len=16, **OmegaConf.to_container(cfg.model)), pos)
     expected = inverse_frequencies(16, profile, 10000.0)
@@ -238,11 +239,10 @@ def _fake_sweep(root, tasks=("assoc_recall", "mean_pooling"), gammas=(0.0, 0.5, 
         for profile in freqs:
             for g in gammas:
                 for s in seeds:
-                    cfg = _compose(f"task={task}", "pos=rope", f"pos.freqs={profile}", f"pos.momentum.gamma={g}",
-                                   f"seed={s}", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
-                                   "model.mlp_hidden=32", "data.val_size=8", "data.eval_batch_size=8")
+                    cfg = config.compose([f"task={task}", "pos=rope", f"pos.freqs={profile}", f"pos.momentum.gamma={g}",
+                                          f"seed={s}", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+                                          "model.mlp_hidden=32", "data.val_size=8", "data.eval_batch_size=8"])
                     cfg = OmegaConf.to_container(cfg, resolve=False)
-                    cfg.pop("hydra")
                     job = root / f"pos.freqs={profile},pos.momentum.gamma={g:g},pos=rope,seed={s},task={task}"
                     job.mkdir(parents=True)
                     (job / "config.yaml").write_text(yaml.safe_dump(cfg))

@@ -8,22 +8,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import ROOT, TINY, run_train
+from conftest import TINY, run_train
 from ropelab import runs
 from ropelab.callbacks import KillAtStep
-from ropelab.config import check_config
+from ropelab.config import check_config, compose
 from ropelab.data import SPLITS, TaskDataModule, draw, split_seed
-from tasks.base import ConfigError
-
-CONF = str(ROOT / "conf")
+from ropelab.errors import ConfigError
 
 
 def composed(*overrides):
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose("config", overrides=[*TINY, *overrides])
+    return compose([*TINY, *overrides])
 
 
 BAD = [

@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from ropelab import positional
+from ropelab.errors import ConfigError
 from ropelab.model import LlamaConfig, build_model
 from ropelab.positional.alibi import alibi_slopes
-from ropelab.positional.momentum import gain_squared
+from ropelab.positional.momentum import gain_squared, momentum
 from ropelab.positional.rotary import inverse_frequencies
-from tasks.base import ConfigError
 
 H, D, T = 4, 16, 12
 CFG = LlamaConfig(vocab_size=11, max_len=32, d_model=H * D, n_layers=2, n_heads=H, mlp_hidden=64)
@@ -24,7 +24,7 @@ def scheme(**pos):
 
 
 def qk(s, q, k):
-    return s.qk(q, k, s.prepare(q.shape[-2], q.device))
+    return s.transform_qk(q, k, s.prepare(q.shape[-2], q.device))
 
 
 def scores(s, q, k):
@@ -37,11 +37,12 @@ def logits(pos, idx, cfg=CFG):
     return build_model(cfg, pos)(idx)
 
 
-def test_registry_lists_every_scheme_with_a_yaml():
+def test_a_scheme_is_a_module_and_a_yaml_of_one_name():
     from conftest import ROOT
-    expected = {"rope", "spectral", "bifocal", "pope", "rope_half", "alibi", "nope", "learned_abs", "sinusoidal"}
-    assert set(positional.registry()) == expected
-    assert {p.stem for p in (ROOT / "conf" / "pos").glob("*.yaml")} >= expected
+    assert {"rope", "spectral", "bifocal", "pope", "rope_half", "alibi", "nope", "learned_abs", "sinusoidal"} <= \
+        set(positional.names())
+    assert {p.stem for p in (ROOT / "conf" / "pos").glob("*.yaml")} == set(positional.names())
+    assert all(cls.name == name for name, cls in positional.registry().items())
 
 
 @pytest.mark.parametrize("name", positional.names())
@@ -59,13 +60,14 @@ def test_every_scheme_trains_a_step(name):
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
-def test_every_yaml_builds_and_carries_a_momentum_block():
+def test_every_yaml_builds_and_names_nothing_twice():
+    """A yaml holds the scheme's options only: its name is the file's, momentum is configured once for all."""
     from conftest import ROOT
     from omegaconf import OmegaConf
     for path in (ROOT / "conf" / "pos").glob("*.yaml"):
-        pos = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-        assert pos["momentum"] == {"gamma": 0.0}, path.name
-        positional.build(pos, head_dim=D, n_heads=H, max_len=32)
+        pos = OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
+        assert "name" not in pos and "momentum" not in pos, path.name
+        positional.build({"name": path.stem, **pos}, head_dim=D, n_heads=H, max_len=32)
 
 
 # --- bifocal ---------------------------------------------------------------------------------------
@@ -255,20 +257,30 @@ def test_zero_momentum_is_the_scheme(name):
 
 
 def test_momentum_matches_hand_written_example():
-    s = scheme(name="nope", momentum={"gamma": 0.5})
     q = torch.zeros(1, H, 3, D)
     q[..., 0, 0], q[..., 1, 0], q[..., 2, 0] = 1.0, 3.0, 2.0
-    k = 2 * q
-    mq, mk = qk(s, q, k)
     # q̂_t = q_t + γ(q_t − q_{t−1}), q_{−1} = 0: 1 + .5·1 = 1.5, 3 + .5·2 = 4, 2 + .5·(−1) = 1.5
-    assert mq[0, 0, :, 0].tolist() == [1.5, 4.0, 1.5] and mk[0, 0, :, 0].tolist() == [3.0, 8.0, 3.0]
-    assert torch.equal(mq[..., 1:], torch.zeros(1, H, 3, D - 1))
-    rope = qk(scheme(name="rope"), q, k)[0]
-    rope_m = qk(scheme(name="rope", momentum={"gamma": 0.5}), q, k)[0]
-    torch.testing.assert_close(rope_m[:, :, 1:], rope[:, :, 1:] + 0.5 * (rope[:, :, 1:] - rope[:, :, :-1]))
-    pope = qk(scheme(name="pope"), q, k)[1]
-    pope_m = qk(scheme(name="pope", momentum={"gamma": 2.0}), q, k)[1]
-    torch.testing.assert_close(pope_m[:, :, 1:], pope[:, :, 1:] + 2.0 * (pope[:, :, 1:] - pope[:, :, :-1]))
+    mq = momentum(q, 0.5)
+    assert mq[0, 0, :, 0].tolist() == [1.5, 4.0, 1.5] and torch.equal(mq[..., 1:], torch.zeros(1, H, 3, D - 1))
+
+
+@pytest.mark.parametrize("name, gamma", [("rope", 0.5), ("pope", 2.0), ("spectral", 1.0), ("alibi", 0.5)])
+def test_the_attention_applies_momentum_after_any_schemes_transform(name, gamma):
+    """The scheme is built without momentum; every attention block filters the scheme's q and k with γ."""
+    torch.manual_seed(0)
+    model = build_model(CFG, {"name": name, "momentum": {"gamma": gamma}}).eval()
+    assert all(block.attn.momentum_gamma == gamma for block in model.blocks)
+    idx = torch.randint(0, CFG.vocab_size, (2, T))
+    x, ctx, mask = model.inputs(idx)
+    block = model.blocks[0]
+    h = block.attn_norm(x)
+    q, k, _ = block.attn.qkv(h).view(2, T, 3, H, D).permute(2, 0, 3, 1, 4)
+    q, k = qk(model.pos, q, k)
+    q, k = momentum(q, gamma), momentum(k, gamma)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(D) + (0 if mask is None else mask)
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    weights = block.attn(h, model.pos, ctx, mask, need_weights=True)[1]
+    torch.testing.assert_close(weights, scores.softmax(-1))
 
 
 def test_momentum_gain_formula():
@@ -301,6 +313,7 @@ def test_frequency_profiles():
     ({"name": "bifocal", "freqs": "linear"}, "pos.freqs"),
     ({"name": "rope", "momentum": {"gamma": -1.0}}, "pos.momentum.gamma"),
     ({"name": "pope", "momentum": {"gamma": -0.5}}, "pos.momentum.gamma"),
+    ({"name": "rope", "momentum": {"gama": 0.5}}, "pos.momentum.gama"),
     ({"name": "alibi", "freqs": "single"}, "pos.freqs"),
     ({"name": "pope", "freqs": "single"}, "pos.freqs"),
     ({"name": "nope", "base": 500}, "pos.base"),
@@ -315,7 +328,7 @@ def test_frequency_profiles():
 ])
 def test_bad_combinations_are_refused_naming_the_key(pos, key):
     with pytest.raises(ConfigError) as err:
-        scheme(**pos)
+        build_model(CFG, pos)
     message = str(err.value)
     assert key in message and "\n" not in message
 

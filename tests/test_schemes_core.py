@@ -15,7 +15,7 @@ def scheme(**pos):
 
 def scores(s, q, k):
     ctx = s.prepare(q.shape[-2], q.device)
-    q, k = s.qk(q, k, ctx)
+    q, k = s.transform_qk(q, k, ctx)
     return q @ k.transpose(-1, -2)
 
 
@@ -46,7 +46,7 @@ def test_rotary_scores_depend_only_on_relative_position(name):
         q = torch.zeros(1, H, 64, D)
         k = torch.zeros(1, H, 64, D)
         q[0, :, m], k[0, :, n] = qv[:, 0], kv[:, 0]
-        rq, rk = s.qk(q, k, ctx)
+        rq, rk = s.transform_qk(q, k, ctx)
         return (rq[0, :, m] * rk[0, :, n]).sum(-1)
 
     for m, n in [(5, 2), (9, 0), (20, 20)]:

@@ -11,16 +11,15 @@ import sys
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from conftest import HANG_GUARD_S, ROOT, TINY, run_train
-from ropelab.config import check_config
+from ropelab.config import check_config, compose
+from ropelab.errors import ConfigError
 from ropelab.model import Llama, LlamaConfig, build_model
 from ropelab.positional.bifocal import Bifocal
 from ropelab.positional.rope import RoPE
 from ropelab.positional.spectral import SpectralRoPE
 from ropelab.surgery import load_weights, spectral_parameters, spectralize
-from tasks.base import ConfigError
 
 HF_TOL_SWAP = 1e-6  # HF logits before vs after the swap
 HF_TOL_OURS = 1e-5  # HF vs our model on the same weights (different RMSNorm kernels; 0 observed)
@@ -114,8 +113,8 @@ def test_bifocal_fraction_keeps_the_other_heads_geometric(fraction, n_spectral):
     assert all(p.shape == (n_spectral, 4) for p in spectral_parameters(model).values())
     perturb_(spectral_parameters(model))  # the spectral heads move; the geometric ones must not
     q, k = torch.randn(2, 3, 4, 10, 8).unbind(0)
-    qs, ks = scheme.qk(q, k, scheme.prepare(10, q.device))
-    qr, kr = rope.qk(q, k, rope.prepare(10, q.device))
+    qs, ks = scheme.transform_qk(q, k, scheme.prepare(10, q.device))
+    qr, kr = rope.transform_qk(q, k, rope.prepare(10, q.device))
     assert torch.equal(qs[:, n_spectral:], qr[:, n_spectral:]) and torch.equal(ks[:, n_spectral:], kr[:, n_spectral:])
     assert not torch.equal(qs[:, :n_spectral], qr[:, :n_spectral])
 
@@ -260,8 +259,7 @@ def test_hf_grouped_query_attention_needs_share(hf):
 
 
 def composed(*overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=[*TINY, *overrides])
+    return compose([*TINY, *overrides])
 
 
 @pytest.mark.parametrize("overrides, key", [

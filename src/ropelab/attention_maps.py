@@ -1,10 +1,10 @@
-"""Attention weights of a trained run, recomputed from the model's own modules (for the report's maps).
+"""Attention weights of a trained run, from the model's own attention blocks (for the report's maps).
 
-``Llama`` calls fused SDPA, which never materialises the weights, so this module repeats the attention math
-of ``ropelab.model`` step by step — ``attn_norm`` → ``attn.qkv`` → ``pos.prepare`` / ``pos.qk`` (the scheme's
-transform and momentum) → scores · 1/√head_dim + the scheme's bias → causal mask → softmax — while the
-residual stream between layers is advanced by the model's own blocks. ``attention_output`` rebuilds a
-block's attention output from these weights, so a test can check that the two agree.
+``Llama`` calls fused SDPA, which never materialises the weights; each attention block can return them
+instead (``need_weights=True``: explicit scores · 1/√head_dim + the scheme's mask → softmax, after the
+scheme's transform and momentum, ``ropelab.model.Attention``), and here the blocks are run that way, layer by
+layer. ``attention_output`` sets a block's output from those weights beside its fused output, so a test can
+check that the two agree. The model comes from the run's own config through ``ropelab.build``.
 
     weights, tokens = run_attention("runs/momentum_gamma/pos.momentum.gamma=0.5,pos=rope,seed=0,task=assoc_recall")
     weights.shape  # (layers, heads, T, T), first validation example, padding cropped
@@ -12,7 +12,6 @@ block's attention output from these weights, so a test can check that the two ag
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -20,54 +19,39 @@ import numpy as np
 import torch
 import yaml
 
-from ropelab.model import Llama, LlamaConfig, build_model, causal_mask
+from ropelab.model import Llama
 
 
 @torch.no_grad()
 def attention_weights(model: Llama, idx: torch.Tensor) -> torch.Tensor:
     """idx (B, T) → softmax attention weights (B, layers, heads, T, T), query on dim −2, key on dim −1."""
-    B, T = idx.shape
-    pos = model.pos
     x, ctx, mask = model.inputs(idx)
-    causal = causal_mask(T, idx.device)
     maps = []
     for block in model.blocks:
-        attn = block.attn
-        h = block.attn_norm(x)
-        q, k, _ = attn.qkv(h).view(B, T, 3, attn.n_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = pos.qk(q, k, ctx)
-        scores = (q.float() @ k.float().transpose(-2, -1)) * (1.0 / math.sqrt(attn.head_dim))
-        if mask is not None:  # the scheme's bias (−inf above the diagonal, masked again below anyway)
-            scores = scores + mask.float()
-        maps.append(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1))
-        x = block(x, pos, ctx, mask)
+        x, weights = block(x, model.pos, ctx, mask, need_weights=True)
+        maps.append(weights)
     return torch.stack(maps, dim=1)
 
 
 @torch.no_grad()
 def attention_output(model: Llama, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output rebuilt from ``attention_weights``, the block's own attention output) for one layer."""
-    B, T = idx.shape
-    pos = model.pos
+    """(a layer's attention output computed from its weights, the same block's fused-SDPA output)."""
     x, ctx, mask = model.inputs(idx)
     for block in model.blocks[:layer]:
-        x = block(x, pos, ctx, mask)
+        x = block(x, model.pos, ctx, mask)
     block = model.blocks[layer]
-    attn = block.attn
     h = block.attn_norm(x)
-    v = attn.qkv(h).view(B, T, 3, attn.n_heads, attn.head_dim)[:, :, 2].transpose(1, 2)
-    w = attention_weights(model, idx)[:, layer]
-    rebuilt = attn.out((w @ v.float()).transpose(1, 2).reshape(B, T, -1))
-    return rebuilt, attn(h, pos, ctx, mask)
+    return block.attn(h, model.pos, ctx, mask, need_weights=True)[0], block.attn(h, model.pos, ctx, mask)
 
 
 def model_from_config(cfg: Mapping[str, Any]) -> tuple[Llama, Any]:
-    """The untrained model and in-distribution task that ``ropelab.train.run`` builds for a resolved config."""
-    from ropelab.data import build_tasks
+    """The untrained model and in-distribution task that ``ropelab.train.run`` builds for a run's saved config
+    (``init_from``'s weights left out: a checkpoint goes over them)."""
+    from ropelab.build import build
+    from ropelab.config import record_config
 
-    task, ood_task = build_tasks(cfg["task"])
-    model_cfg = LlamaConfig(vocab_size=len(task.vocab), max_len=max(task.seq_len, ood_task.seq_len), **cfg["model"])
-    return build_model(model_cfg, dict(cfg["pos"])), task
+    built = build(record_config(cfg), for_checkpoint=True)
+    return built.model, built.task
 
 
 def load_run_model(run_dir: str | Path, checkpoint: str = "checkpoints/last.ckpt") -> tuple[Llama, Any, dict]:

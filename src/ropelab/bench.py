@@ -46,7 +46,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from omegaconf import OmegaConf
@@ -57,15 +57,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 OUT_DIR = ROOT / "bench" / "out"  # untracked (.gitignore): a bench run never dirties the tree
 
-# (label, pos config overrides on top of conf/pos/<name>.yaml)
-SCHEMES: list[tuple[str, str, dict]] = [
-    ("rope", "rope", {}),
-    ("spectral", "spectral", {}),
-    ("bifocal", "bifocal", {}),
-    ("pope", "pope", {}),
-    ("alibi", "alibi", {}),
-    ("nope", "nope", {}),
-    ("rope+momentum", "rope", {"momentum": {"gamma": 0.5}}),
+# (label, scheme, overrides on top of pos=<scheme>)
+SCHEMES: list[tuple[str, str, list[str]]] = [
+    ("rope", "rope", []),
+    ("spectral", "spectral", []),
+    ("bifocal", "bifocal", []),
+    ("pope", "pope", []),
+    ("alibi", "alibi", []),
+    ("nope", "nope", []),
+    ("rope+momentum", "rope", ["pos.momentum.gamma=0.5"]),
 ]
 
 REFERENCE = dict(d_model=128, n_layers=4, n_heads=4, mlp_hidden=512, seq_len=256, batch_size=32, vocab_size=16)
@@ -171,11 +171,6 @@ def matmul_peak(shapes: dict[str, tuple[int, int, int]], dtype: torch.dtype, min
 # ----------------------------------------------------------------------------------------------- models
 
 
-def pos_config(name: str, overrides: dict) -> dict:
-    base = OmegaConf.to_container(OmegaConf.load(CONF / "pos" / f"{name}.yaml"), resolve=True)
-    return OmegaConf.to_container(OmegaConf.merge(base, overrides), resolve=True)
-
-
 def optim_config() -> dict:
     return OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml").optim, resolve=True)
 
@@ -212,24 +207,23 @@ class Bench:
         return float(loss.detach())  # one host sync per step, as the training loop's loss check
 
 
-def build_ours(label: str, pos: dict, shape: dict, precision: str = "32-true", device: str = "cpu",
-               compile_model: bool = False, attn_fp32: bool = True, note: str = "") -> Bench:
-    from types import SimpleNamespace
-
+def build_ours(label: str, scheme: str, shape: dict, precision: str = "32-true", device: str = "cpu",
+               compile_model: bool = False, attn_fp32: bool = True, note: str = "",
+               overrides: Sequence[str] = ()) -> Bench:
+    """``pos=<scheme>`` with ``overrides``, built as a run builds its model (``ropelab.build``) at ``shape``'s
+    size, with the optimiser of the training path (LitLM's param groups)."""
+    from ropelab.build import model_for
+    from ropelab.config import compose
     from ropelab.lit import LitLM
-    from ropelab.model import LlamaConfig, build_model
 
-    cfg = LlamaConfig(vocab_size=shape["vocab_size"], d_model=shape["d_model"], n_layers=shape["n_layers"],
-                      n_heads=shape["n_heads"], mlp_hidden=shape["mlp_hidden"],
-                      max_len=shape.get("max_len", shape["seq_len"]), attn_fp32=attn_fp32)
-    torch.manual_seed(0)
-    model = build_model(cfg, pos).to(device)
-    # the optimiser of the training path (LitLM's param groups), without a Trainer around it
-    optimizer = LitLM.configure_optimizers(SimpleNamespace(model=model, optim=optim_config(), max_steps=400))["optimizer"]
+    cfg = compose([f"pos={scheme}", *overrides, f"model.attn_fp32={attn_fp32}",
+                   *(f"model.{key}={shape[key]}" for key in ("d_model", "n_layers", "n_heads", "mlp_hidden"))])
+    model = model_for(cfg, shape["vocab_size"], shape.get("max_len", shape["seq_len"])).to(device)
+    optimizer = LitLM(model, cfg.optim, max_steps=400).configure_optimizers()["optimizer"]
     non_embedding = model.num_parameters() - model.embed.weight.numel()
-    qk_width = model.pos.qk_width(cfg.head_dim)
-    flops = flops_per_step(non_embedding, cfg.n_layers, cfg.n_heads, shape["seq_len"], shape["batch_size"],
-                           qk_width, qk_width)  # v is padded to the q/k width when they differ
+    qk_width = model.pos.qk_width(model.cfg.head_dim)
+    flops = flops_per_step(non_embedding, model.cfg.n_layers, model.cfg.n_heads, shape["seq_len"],
+                           shape["batch_size"], qk_width, qk_width)  # v is padded to the q/k width when they differ
     forward: Callable = model
     if compile_model:
         forward = torch.compile(model)
@@ -284,14 +278,13 @@ def build_hf(label: str, shape: dict, precision: str = "32-true", device: str = 
 def generator_rates(batch_size: int, min_seconds: float) -> dict[str, dict[str, Any]]:
     """Samples/s of every registered task's generator at its default config (training batches)."""
     import tasks
+    from ropelab.config import compose
     from ropelab.data import build_tasks, draw
 
     out: dict[str, dict[str, Any]] = {}
     for name in tasks.names():
-        path = CONF / "task" / f"{name}.yaml"
         try:
-            task_cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=True) if path.exists() else {"name": name}
-            task, _ = build_tasks(task_cfg)
+            task, _ = build_tasks(OmegaConf.to_container(compose([f"task={name}"]).task, resolve=True))
             task = task.for_split("train")
             index = [0]
 
@@ -319,6 +312,7 @@ def sweep_estimate(precision: str, device: str, steps: int, say: Callable, start
     when given). CPU time, not wall: it is what a job costs when it has a core to itself, which a loaded machine
     inflates less than wall time. Lightning's own per-step work (logging, callbacks, 8 checkpoints) is not
     included: compare with real records (``summary.json`` ``wall_seconds``) where they exist."""
+    from ropelab.config import compose
     from ropelab.data import build_tasks, draw
 
     t = TABLE1
@@ -327,8 +321,7 @@ def sweep_estimate(precision: str, device: str, steps: int, say: Callable, start
     job_cpu_s: list[float] = []
     n_eval = math.ceil(t["eval_size"] / t["eval_batch_size"])
     for task_name in t["tasks"]:
-        task, ood = build_tasks(OmegaConf.to_container(OmegaConf.load(CONF / "task" / f"{task_name}.yaml"),
-                                                       resolve=True))
+        task, ood = build_tasks(OmegaConf.to_container(compose([f"task={task_name}"]).task, resolve=True))
         train_batch = [torch.from_numpy(a).to(device) for a in draw(task.for_split("train"), 0, "train", t["batch_size"])]
         val_in = torch.from_numpy(draw(task.for_split("val"), 0, "val", t["eval_batch_size"], grouped=True)[0]).to(device)
         ood_in = torch.from_numpy(draw(ood.for_split("ood"), 0, "ood", t["eval_batch_size"], grouped=True)[0]).to(device)
@@ -338,7 +331,7 @@ def sweep_estimate(precision: str, device: str, steps: int, say: Callable, start
             shape.update(QUICK, seq_len=task.seq_len, vocab_size=len(task.vocab))
         for scheme in t["schemes"]:
             say(f"sweep estimate: {task_name} × {scheme} ...")
-            bench = build_ours(scheme, pos_config(scheme, {}), shape, precision, device)
+            bench = build_ours(scheme, scheme, shape, precision, device)
 
             def evaluate(inputs):
                 with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16, enabled=bench.autocast):
@@ -498,7 +491,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         if name not in registered:
             result["skipped"][label] = f"pos={name} is not registered in ropelab.positional"
             continue
-        configs.append(build_ours(label, pos_config(name, overrides), shape, precision, device))
+        configs.append(build_ours(label, name, shape, precision, device, overrides=overrides))
     fp32 = short_precision(precision) == "fp32"
     hf = not args.no_hf and hf_available()
     if args.no_hf:
@@ -510,16 +503,15 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         if not fp32:
             configs.append(build_hf("hf fp32", shape, "32-true", device))
     if not fp32 and "rope" in registered and (not args.schemes or "rope" in args.schemes):
-        configs.append(build_ours("rope fp32", pos_config("rope", {}), shape, "32-true", device))
+        configs.append(build_ours("rope fp32", "rope", shape, "32-true", device))
     if args.levers and "rope" in registered:
         if fp32:  # the other precision, ours and HF
-            configs.append(build_ours("rope bf16-mixed", pos_config("rope", {}), shape, "bf16-mixed", device))
+            configs.append(build_ours("rope bf16-mixed", "rope", shape, "bf16-mixed", device))
             if hf:
                 configs.append(build_hf("hf bf16-mixed", shape, "bf16-mixed", device))
         else:  # attention in bf16 too (LlamaConfig.attn_fp32=False; it matters on CPU only)
-            configs.append(build_ours("rope bf16 attention", pos_config("rope", {}), shape, precision, device,
-                                      attn_fp32=False))
-        configs.append(build_ours("rope compiled", pos_config("rope", {}), shape, precision, device,
+            configs.append(build_ours("rope bf16 attention", "rope", shape, precision, device, attn_fp32=False))
+        configs.append(build_ours("rope compiled", "rope", shape, precision, device,
                                   compile_model=True, note="torch.compile; warm-up 1 includes compiling"))
 
     generator = torch.Generator().manual_seed(0)
@@ -717,7 +709,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from tasks.base import ConfigError
+    from ropelab.errors import ConfigError
 
     args = parse_args(argv)
     try:

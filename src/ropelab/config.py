@@ -1,41 +1,63 @@
 """The config schema: every key, its type and allowed range, checked before training starts.
 
-Hydra composes plain YAML; ``check_config`` walks the schema below and fails with one line naming the key,
-the value and what is allowed. Misspelled keys are refused too. The ``task`` and ``pos`` groups are checked
-by their own builders (``tasks.build``, ``ropelab.positional.build``), which know each task's and scheme's
-options; ``check_config`` builds both so every mistake surfaces before the first step.
+Hydra composes plain YAML; ``check_schema`` walks the schema below and fails with one line naming the key,
+the value and what is allowed. Misspelled keys are refused too. The ``model`` section's schema is the model's
+own ``LlamaConfig``. The ``task`` and ``pos`` groups are checked by their own builders (``tasks.build``,
+``ropelab.positional.build``), which know each task's and scheme's options: ``check_config`` builds the run
+(``ropelab.build``, which checks the schema first), so every mistake surfaces before the first step.
+
+``compose(overrides)`` composes conf/config.yaml as ``python train.py <overrides>`` does, outside a Hydra job;
+``record_config`` reads a finished run's config.yaml the same way.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from ropelab.cli import CONF_DIR
+from ropelab.errors import ConfigError, require
 from ropelab.machine import ACCELERATORS
-from tasks.base import ConfigError, require
 
 PRECISIONS = ("auto", "32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "64-true")
 PROGRESS = ("auto", "bar", "lines", "off")
 
 
+def compose(overrides: Sequence[str] = ()) -> DictConfig:
+    """conf/config.yaml composed with ``overrides`` (``task=mod_arith``, ``pos.base=500`` …) as train.py composes
+    it. The task's and the scheme's ``name`` are the chosen files' names, which conf/config.yaml takes from
+    Hydra's ``runtime.choices``: only a Hydra job can resolve that, so they are filled in here."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():  # inside a caller's initialize_config_dir
+        cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
+    else:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.task.name, cfg.pos.name = cfg.hydra.runtime.choices.task, cfg.hydra.runtime.choices.pos
+        del cfg["hydra"]
+    return cfg
+
+
+def record_config(saved: Mapping[str, Any]) -> DictConfig:
+    """A run's saved config (its config.yaml) over today's defaults for its task and scheme: what the run trained,
+    with the keys added since it ran at their defaults (older records lack ``init_from``, …), ready to build."""
+    cfg = compose([f"task={saved['task']['name']}", f"pos={saved['pos']['name']}"])
+    OmegaConf.set_struct(cfg, False)
+    return OmegaConf.merge(cfg, saved)
+
+
 def spec(kind: Any, lo: float | None = None, hi: float | None = None, choices: tuple | None = None,
-         optional: bool = False, above: float | None = None):
-    """``lo`` and ``hi`` are inclusive bounds, ``above`` an exclusive lower bound (a learning rate > 0)."""
-    return field(default=None, metadata=dict(kind=kind, lo=lo, hi=hi, choices=choices, optional=optional,
-                                             above=above))
-
-
-@dataclass
-class ModelSchema:
-    d_model: int = spec(int, 1)
-    n_layers: int = spec(int, 1)
-    n_heads: int = spec(int, 1)
-    mlp_hidden: int = spec(int, 1)
-    norm_eps: float = spec(float, above=0)
-    init_std: float = spec(float, above=0)
-    attn_fp32: bool = spec(bool)
+         optional: bool = False, above: float | None = None, default: Any = None):
+    """A schema field: ``lo`` and ``hi`` are inclusive bounds, ``above`` an exclusive lower bound (a learning
+    rate > 0). Fields without it (``LlamaConfig.vocab_size``: from the task) are no config keys."""
+    return field(default=default, metadata=dict(kind=kind, lo=lo, hi=hi, choices=choices, optional=optional,
+                                                above=above))
 
 
 @dataclass
@@ -87,7 +109,7 @@ class RootSchema:
     surgery_phase_std: float = spec(float, 0)
 
 
-SECTIONS = {"model": ModelSchema, "trainer": TrainerSchema, "data": DataSchema, "optim": OptimSchema}
+SECTIONS = {"trainer": TrainerSchema, "data": DataSchema, "optim": OptimSchema}  # and model: LlamaConfig
 OPEN_SECTIONS = ("task", "pos", "logger", "experiment")  # checked by their builders
 
 
@@ -131,7 +153,7 @@ def _ok(value, meta) -> bool:
 
 
 def check_section(values: dict, schema: type, prefix: str) -> None:
-    known = {f.name: f.metadata for f in fields(schema)}
+    known = {f.name: f.metadata for f in fields(schema) if f.metadata}
     for key in values:
         if key not in known:
             raise ConfigError(f"{prefix}{key} is not a known key: valid keys are {', '.join(known)}")
@@ -142,11 +164,23 @@ def check_section(values: dict, schema: type, prefix: str) -> None:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Raise a one-line ConfigError for the first bad key; builds task and scheme to check their options."""
+    """Raise a one-line ConfigError for the first bad key: the schema, then every task and scheme option, by
+    building the run as training would (``ropelab.build``)."""
+    from ropelab.build import build
+
+    build(cfg)
+
+
+def check_schema(cfg: DictConfig) -> None:
+    """Raise a one-line ConfigError for the first key that breaks the schema (all but the task's and scheme's
+    own options)."""
+    from ropelab.model import LlamaConfig  # the model's dataclass is its section's schema (model imports spec)
+
     values = OmegaConf.to_container(cfg, resolve=True)
-    root = {k: v for k, v in values.items() if k not in SECTIONS and k not in OPEN_SECTIONS}
+    sections = {"model": LlamaConfig, **SECTIONS}
+    root = {k: v for k, v in values.items() if k not in sections and k not in OPEN_SECTIONS}
     check_section(root, RootSchema, "")
-    for section, schema in SECTIONS.items():
+    for section, schema in sections.items():
         check_section(values.get(section) or {}, schema, f"{section}.")
     model = values["model"]
     if model["d_model"] % model["n_heads"]:
@@ -155,7 +189,6 @@ def check_config(cfg: DictConfig) -> None:
     if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
         raise ConfigError(f"optim.betas={betas!r} is invalid: two numbers in [0, 1)")
     _check_surgery(values)
-    _check_builders(values)
 
 
 def _check_surgery(values: dict) -> None:
@@ -176,17 +209,4 @@ def _check_surgery(values: dict) -> None:
                           f"not pos={values['pos'].get('name')}")
 
 
-def _check_builders(values: dict) -> None:
-    import torch
-
-    from ropelab import positional
-    from ropelab.data import build_tasks
-
-    task, ood_task = build_tasks(values["task"])
-    model = values["model"]
-    with torch.random.fork_rng():  # build once to surface the scheme's own checks, then throw it away
-        positional.build(values["pos"], model["d_model"] // model["n_heads"], model["n_heads"],
-                         max(task.seq_len, ood_task.seq_len))
-
-
-__all__ = ["ConfigError", "check_config"]
+__all__ = ["ConfigError", "check_config", "check_schema", "compose", "record_config"]

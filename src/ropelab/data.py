@@ -16,7 +16,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 import tasks
-from tasks.base import Task, require
+from ropelab.errors import require
+from tasks.base import Task
 
 SPLITS = {"train": 0, "val": 1, "test": 2, "ood": 3}
 

@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=int, default=1800, help="seconds per step")
     args = p.parse_args(argv)
 
-    from tasks.base import ConfigError
+    from ropelab.errors import ConfigError
 
     try:
         device, precision, why = machine.choose(args.accelerator, "auto")

@@ -78,7 +78,7 @@ def choose(accelerator: str, precision: str) -> tuple[str, str, str]:
 
     auto precision: bf16-mixed on CUDA and on CPUs with native bf16 (there attention stays fp32, see
     ``LlamaConfig.attn_fp32``); fp32 elsewhere, where bf16 runs in software and is many times slower."""
-    from tasks.base import ConfigError
+    from ropelab.errors import ConfigError
 
     cuda = torch.cuda.is_available()
     if accelerator in ("gpu", "cuda") and not cuda:

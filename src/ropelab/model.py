@@ -14,26 +14,32 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ropelab import positional
+from ropelab.config import spec
 from ropelab.positional import PositionalScheme
+from ropelab.positional.momentum import gamma_of, momentum
 
 
 @dataclass
 class LlamaConfig:
+    """The model's shape, and the schema of the config's ``model`` section (``ropelab.config``): every field
+    with a ``spec`` is a key there (conf/model/llama.yaml); vocab_size and max_len come from the task."""
     vocab_size: int = 16
-    d_model: int = 128        # Bifocal paper: hidden 128
-    n_layers: int = 4         # not stated by the paper; our choice
-    n_heads: int = 4          # Bifocal paper: 4 heads
-    mlp_hidden: int = 512
+    d_model: int = spec(int, 1, default=128)        # Bifocal paper: hidden 128
+    n_layers: int = spec(int, 1, default=4)         # not stated by the paper; our choice
+    n_heads: int = spec(int, 1, default=4)          # Bifocal paper: 4 heads
+    mlp_hidden: int = spec(int, 1, default=512)
     max_len: int = 512
-    norm_eps: float = 1e-6
-    init_std: float = 0.02
-    attn_fp32: bool = True    # keep SDPA in fp32 under bf16 autocast: the CPU bf16 SDPA backward is ~2x slower
+    norm_eps: float = spec(float, above=0, default=1e-6)
+    init_std: float = spec(float, above=0, default=0.02)
+    # keep SDPA in fp32 under bf16 autocast: the CPU bf16 SDPA backward is ~2x slower
+    attn_fp32: bool = spec(bool, default=True)
 
     @property
     def head_dim(self) -> int:
@@ -51,30 +57,38 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: LlamaConfig, qk_width: int):
+    def __init__(self, cfg: LlamaConfig, qk_width: int, momentum_gamma: float = 0.0):
         super().__init__()
         self.n_heads, self.head_dim, self.qk_width, self.attn_fp32 = cfg.n_heads, cfg.head_dim, qk_width, cfg.attn_fp32
+        self.momentum_gamma = momentum_gamma
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def forward(self, x, scheme: PositionalScheme, ctx, mask):
+    def forward(self, x, scheme: PositionalScheme, ctx, mask, need_weights: bool = False):
+        """The attention output (B, T, C); with ``need_weights``, (output, softmax weights (B, H, T, T)) computed
+        from explicit scores instead of fused SDPA (the same up to float rounding)."""
         B, T, C = x.shape
         # split (not unbind) the fused projection: its backward is one cat straight into the (B, T, 3C) grad
         qkv = self.qkv(x)
         q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in qkv.split(C, dim=-1))
-        q, k = scheme.qk(q, k, ctx)
+        q, k = scheme.transform_qk(q, k, ctx)
+        if self.momentum_gamma:  # momentum attention wraps whatever the scheme did (positional/momentum.py)
+            q, k = momentum(q, self.momentum_gamma), momentum(k, self.momentum_gamma)
         if _frees_projection(qkv, q, scheme):  # SDPA saves v: a copy of it lets the (B, T, 3C) projection go
             v = v.contiguous()
         if self.qk_width != self.head_dim:  # SDPA's fast CPU kernels want v as wide as q and k
             v = F.pad(v, (0, self.qk_width - self.head_dim))
         scale = 1.0 / math.sqrt(self.head_dim)
-        if self.attn_fp32 and torch.is_autocast_enabled("cpu"):
+        if need_weights:
+            weights = attention_weights(q, k, mask, scale)
+            y = (weights @ v.float()).to(v.dtype)
+        elif self.attn_fp32 and torch.is_autocast_enabled("cpu"):
             with torch.autocast("cpu", enabled=False):
                 y = causal_attention(q.float(), k.float(), v.float(), mask, scale)
         else:
             y = causal_attention(q, k, v, mask, scale)
-        y = y[..., : self.head_dim].transpose(1, 2).reshape(B, T, C)
-        return self.out(y)
+        y = self.out(y[..., : self.head_dim].transpose(1, 2).reshape(B, T, C))
+        return (y, weights) if need_weights else y
 
 
 def causal_mask(T: int, device) -> torch.Tensor:
@@ -100,6 +114,17 @@ def causal_attention(q, k, v, mask: torch.Tensor | None, scale: float) -> torch.
 
 
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def attention_weights(q, k, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """The softmax weights (B, H, T, T) that ``causal_attention`` applies, in fp32: ``mask`` as there (the
+    scheme's bias with causality folded in), else the causal mask."""
+    scores = (q.float() @ k.float().transpose(-2, -1)) * scale
+    if mask is None:
+        scores = scores.masked_fill(~causal_mask(q.shape[-2], q.device), float("-inf"))
+    else:
+        scores = scores + mask.float()
+    return scores.softmax(dim=-1)
 
 
 def _frees_projection(qkv: torch.Tensor, q: torch.Tensor, scheme: PositionalScheme) -> bool:
@@ -151,26 +176,31 @@ class SwiGLU(torch.autograd.Function):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: LlamaConfig, qk_width: int):
+    def __init__(self, cfg: LlamaConfig, qk_width: int, momentum_gamma: float = 0.0):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(cfg, qk_width)
+        self.attn = Attention(cfg, qk_width, momentum_gamma)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, scheme, ctx, mask):
+    def forward(self, x, scheme, ctx, mask, need_weights: bool = False):
+        """The next residual stream; with ``need_weights``, (stream, this block's attention weights)."""
+        if need_weights:
+            attended, weights = self.attn(self.attn_norm(x), scheme, ctx, mask, need_weights=True)
+            x = x + attended
+            return x + self.mlp(self.mlp_norm(x)), weights
         x = x + self.attn(self.attn_norm(x), scheme, ctx, mask)
         return x + self.mlp(self.mlp_norm(x))
 
 
 class Llama(nn.Module):
-    def __init__(self, cfg: LlamaConfig, scheme: PositionalScheme):
+    def __init__(self, cfg: LlamaConfig, scheme: PositionalScheme, momentum_gamma: float = 0.0):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = scheme
         qk_width = scheme.qk_width(cfg.head_dim)
-        self.blocks = nn.ModuleList(Block(cfg, qk_width) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, qk_width, momentum_gamma) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         for name, module in self.named_modules():  # the scheme initialises its own parameters
@@ -208,9 +238,11 @@ class Llama(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def build_model(cfg: LlamaConfig, pos: dict) -> Llama:
-    """Llama with the scheme described by ``pos``; the scheme draws its random init from a forked RNG,
-    so the same seed gives the same backbone weights whatever the scheme."""
+def build_model(cfg: LlamaConfig, pos: Mapping[str, Any]) -> Llama:
+    """Llama with the scheme described by ``pos`` and its momentum (``pos.momentum.gamma``) in every attention
+    block; the scheme draws its random init from a forked RNG, so the same seed gives the same backbone weights
+    whatever the scheme."""
+    gamma = gamma_of(pos)
     with torch.random.fork_rng():
         scheme = positional.build(pos, cfg.head_dim, cfg.n_heads, cfg.max_len)
-    return Llama(cfg, scheme)
+    return Llama(cfg, scheme, gamma)

@@ -3,8 +3,8 @@
     python -m ropelab.smoke                 # default model config; writes results/smoke/smoke.{md,json}
     python -m ropelab.smoke --tiny --out DIR
 
-Each cell builds the task and its datamodule pieces, the Llama with the scheme, takes one AdamW step on one
-training batch and reports the loss before the step (≈ ln |vocab| at init) and the step's wall time; a cell
+Each cell builds the run ``python train.py task=T pos=P`` would (``ropelab.build``), takes one AdamW step on its
+first training batch and reports the loss before the step (≈ ln |vocab| at init) and the step's wall time; a cell
 that raises shows the error instead. It checks that ``python train.py task=T pos=P`` can work for every pair
 without paying Lightning's start-up 81 times.
 """
@@ -18,32 +18,22 @@ import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 import tasks
 from ropelab import positional
-from ropelab.data import build_tasks, draw
-from ropelab.lit import LitLM
-from ropelab.model import LlamaConfig, build_model
+from ropelab.build import build
+from ropelab.config import compose
 from ropelab.runs import atomic_write_text
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.mlp_hidden=64", "data.batch_size=4"]
 
 
 def one_step(task_name: str, pos_name: str, overrides: list[str]) -> dict:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[f"task={task_name}", f"pos={pos_name}", *overrides])
-    task, ood_task = build_tasks(OmegaConf.to_container(cfg.task, resolve=True))
-    model_cfg = LlamaConfig(vocab_size=len(task.vocab), max_len=max(task.seq_len, ood_task.seq_len), **cfg.model)
-    torch.manual_seed(cfg.seed)
-    model = build_model(model_cfg, OmegaConf.to_container(cfg.pos, resolve=True))
-    lit = LitLM(model, cfg.optim, cfg.trainer.max_steps)
-    optimizer = lit.configure_optimizers()["optimizer"]
-    inputs, targets = (torch.from_numpy(a) for a in draw(task.for_split("train"), cfg.seed, "train", cfg.data.batch_size))
+    built = build(compose([f"task={task_name}", f"pos={pos_name}", *overrides]))
+    optimizer = built.lit.configure_optimizers()["optimizer"]
+    inputs, targets = next(iter(built.datamodule.train_dataloader()))
     start = time.perf_counter()
-    loss = lit.loss(model(inputs), targets)
+    loss = built.lit.loss(built.model(inputs), targets)
     loss.backward()
     optimizer.step()
     seconds = time.perf_counter() - start

@@ -47,11 +47,11 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from ropelab.errors import ConfigError
 from ropelab.positional.bifocal import Bifocal
 from ropelab.positional.rope import RoPE
 from ropelab.positional.rotary import cos_sin, signed_sin
 from ropelab.positional.spectral import SIDES, SpectralRoPE
-from tasks.base import ConfigError
 
 TRAINABLE = ("all", "spectral")
 
@@ -89,8 +89,8 @@ def _set_spectral_frequencies(spectral: SpectralRoPE, inv_freq: torch.Tensor) ->
 
 
 def spectral_scheme(inv_freq: torch.Tensor, head_dim: int, n_heads: int, max_len: int, spectral_fraction: float = 1.0,
-                    phase_std: float = 0.0, phase_on: str = "query", amplitude_on: str = "both", share: bool = False,
-                    momentum_gamma: float = 0.0) -> SpectralRoPE | Bifocal:
+                    phase_std: float = 0.0, phase_on: str = "query", amplitude_on: str = "both",
+                    share: bool = False) -> SpectralRoPE | Bifocal:
     """A learnable scheme whose rotation at init is the fixed rotary of ``inv_freq`` (D/2,): ``spectral`` when
     ``spectral_fraction`` is 1, else ``bifocal`` with round-half-up(fraction · H) spectral heads (the first
     ones) and the rest fixed at ``inv_freq``. Φ ~ N(0, ``phase_std``) drawn from a forked RNG (the caller's
@@ -99,8 +99,7 @@ def spectral_scheme(inv_freq: torch.Tensor, head_dim: int, n_heads: int, max_len
     inv_freq = inv_freq.detach().to(torch.float32).cpu()
     if inv_freq.shape != (head_dim // 2,):
         raise ValueError(f"inv_freq has shape {tuple(inv_freq.shape)}, expected ({head_dim // 2},) for head dim {head_dim}")
-    options = dict(phase_std=phase_std, phase_on=phase_on, amplitude_on=amplitude_on, share=share,
-                   momentum_gamma=momentum_gamma)
+    options = dict(phase_std=phase_std, phase_on=phase_on, amplitude_on=amplitude_on, share=share)
     with torch.random.fork_rng(devices=[]):
         if spectral_fraction == 1:
             scheme = SpectralRoPE(head_dim, n_heads, max_len, **options)
@@ -150,8 +149,7 @@ def _spectralize_ours(model, **options) -> None:
         raise ValueError(f"spectralize: the model's scheme is pos={old.name!r}; surgery replaces fixed full-width "
                          "rotary (pos=rope)")
     device = old.inv_freq.device
-    model.pos = spectral_scheme(old.inv_freq, old.head_dim, old.n_heads, old.max_len,
-                                momentum_gamma=old.momentum_gamma, **options).to(device)
+    model.pos = spectral_scheme(old.inv_freq, old.head_dim, old.n_heads, old.max_len, **options).to(device)
 
 
 def spectral_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
@@ -225,7 +223,7 @@ def _hf_attention_forward(self, hidden_states, position_embeddings=None, attenti
     value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
 
     scheme, ctx = position_embeddings
-    query_states, key_states = scheme.qk(query_states, key_states, ctx)
+    query_states, key_states = scheme.transform_qk(query_states, key_states, ctx)
 
     if cache is None:
         cache = kwargs.pop("past_key_values", None)  # the name HF still accepts (deprecated)

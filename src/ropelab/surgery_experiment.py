@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ropelab.config import compose
 from ropelab.stats import sawtooth
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,14 +49,6 @@ ARMS = {  # name: (train.py overrides on top of init_from, label)
     "spectral_only": (["surgery=spectral", "surgery_train=spectral"], "spectral, only Ω, A, Φ train"),
     "spectral_all": (["surgery=spectral", "surgery_train=all"], "spectral, everything trains"),
 }
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose("config", overrides=overrides)
 
 
 def train(overrides: list[str], run_dir: Path, say) -> dict:
@@ -88,21 +81,21 @@ def swap_check(pre_cfg, pretrain_dir: Path, finetune_seed: int) -> dict[str, Any
     """Logits and loss of the pretrained model on the fine-tuning validation set and first training batch,
     before and after ``spectralize``; and the same for transformers' Llama with these weights when the hf
     extra is installed."""
-    from omegaconf import OmegaConf
+    import copy
 
-    from ropelab.data import TaskDataModule, draw
+    from ropelab.build import build
     from ropelab.lit import LitLM
-    from ropelab.model import LlamaConfig, build_model
     from ropelab.surgery import load_weights, spectralize
 
-    dm = TaskDataModule(OmegaConf.to_container(pre_cfg.task, resolve=True), finetune_seed, **pre_cfg.data)
-    model_cfg = LlamaConfig(vocab_size=len(dm.task.vocab), max_len=dm.max_len, **pre_cfg.model)
-    model = build_model(model_cfg, OmegaConf.to_container(pre_cfg.pos, resolve=True))
+    cfg = pre_cfg.copy()
+    cfg.seed = finetune_seed  # the fine-tuning runs' data
+    built = build(cfg)
+    model = built.model
     load_weights(model, pretrain_dir)
     model.eval()
-    val_in, val_tg, _ = dm.fixed_set("val").tensors
-    tr_in, tr_tg = (torch.from_numpy(a) for a in draw(dm.task.for_split("train"), finetune_seed, "train",
-                                                      pre_cfg.data.batch_size, index=0))
+    pretrained = copy.deepcopy(model)
+    val_in, val_tg, _ = built.datamodule.fixed_set("val").tensors
+    tr_in, tr_tg = next(iter(built.datamodule.train_dataloader()))
 
     def evaluate(m):
         with torch.no_grad():
@@ -117,13 +110,12 @@ def swap_check(pre_cfg, pretrain_dir: Path, finetune_seed: int) -> dict[str, Any
         "val_loss_before": l0, "val_loss_after": l1, "first_batch_loss_before": b0, "first_batch_loss_after": b1,
         "max_abs_logit_diff": float(max((v1 - v0).abs().max(), (f1 - f0).abs().max())),
         "bit_identical": bool(torch.equal(v0, v1) and torch.equal(f0, f1)), "val_examples": int(len(val_in))}
-    out["hf"] = hf_swap_check(pretrain_dir, model_cfg, pre_cfg, val_in[:32])
+    out["hf"] = hf_swap_check(pretrained, val_in[:32])
     return out
 
 
-def hf_swap_check(pretrain_dir, model_cfg, pre_cfg, idx) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-
+def hf_swap_check(ours, idx) -> dict[str, Any]:
+    """The same swap on transformers' Llama with the pretrained weights of ``ours`` (our model, not swapped)."""
     hf_dir = ROOT / ".venv" / "hf"
     if hf_dir.is_dir() and str(hf_dir) not in sys.path:
         sys.path.append(str(hf_dir))
@@ -131,13 +123,10 @@ def hf_swap_check(pretrain_dir, model_cfg, pre_cfg, idx) -> dict[str, Any]:
         import transformers
     except ImportError:
         return {"skipped": "transformers is not installed (make surgery installs the hf extra into .venv/hf)"}
-    from ropelab.model import build_model
-    from ropelab.surgery import load_weights, spectralize, to_hf
+    from ropelab.surgery import spectralize, to_hf
 
     transformers.logging.set_verbosity_error()
-    ours = build_model(model_cfg, OmegaConf.to_container(pre_cfg.pos, resolve=True))
-    load_weights(ours, pretrain_dir)
-    hf = to_hf(ours.eval())
+    hf = to_hf(ours)
     with torch.no_grad():
         mine, before = ours(idx), hf(input_ids=idx).logits
         spectralize(hf)

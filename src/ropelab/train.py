@@ -1,7 +1,7 @@
 """Training entry: ``ropelab.train.run(cfg, run_dir)`` and the Hydra ``main`` behind ``python train.py``.
 
-One run: compose config → build task, datamodule, Llama + scheme, LitLM → Lightning fit → test/OOD →
-``summary.json``. A run folder that already holds a completed summary is skipped, an unfinished one is
+One run: compose config → build task, datamodule, Llama + scheme, LitLM (``ropelab.build``) → Lightning fit →
+test/OOD → ``summary.json``. A run folder that already holds a completed summary is skipped, an unfinished one is
 resumed from ``checkpoints/last.ckpt`` (see README, "When things go wrong").
 """
 
@@ -25,15 +25,13 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from ropelab import machine, runs, sweep_summary
+from ropelab.build import Built, build
 from ropelab.callbacks import FlushLoggers, KillAtStep, PositionalTrace, Progress
-from ropelab.config import check_config
-from ropelab.data import TaskDataModule
-from ropelab.lit import Diverged, LitLM
+from ropelab.cli import CONF_DIR
+from ropelab.errors import ConfigError
+from ropelab.lit import Diverged
 from ropelab.loggers import truncate_metrics
-from ropelab.model import LlamaConfig, build_model
-from tasks.base import ConfigError
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 log = logging.getLogger("ropelab")
 
 OmegaConf.register_new_resolver("ropelab_run_dir", runs.single_run_dir, use_cache=True, replace=True)
@@ -121,34 +119,21 @@ def record_dir_of(cfg: DictConfig, run_dir: Path) -> Path | None:
     return Path(cfg.record) / Path(run_dir).name if cfg.get("record") else None
 
 
-def _init_and_surgery(model, cfg: DictConfig) -> None:
-    """``init_from``: load a finished run's weights (step 0, fresh optimizer); ``surgery=spectral``: swap the
-    fixed rope for learnable spectral RoPE with the outputs unchanged (``ropelab.surgery``). On a resume the
-    checkpoint's weights are loaded over these afterwards."""
-    from ropelab import surgery
-
-    if cfg.init_from:
-        log.info("weights from %s", surgery.load_weights(model, cfg.init_from))
-    if cfg.surgery == "spectral":
-        surgery.spectralize(model, freeze=cfg.surgery_train == "spectral", phase_std=cfg.surgery_phase_std,
-                            spectral_fraction=cfg.surgery_spectral_fraction)
-
-
 def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
     """Train one configuration in ``run_dir``; returns the summary (also written to summary.json)."""
     run_dir = Path(run_dir)
-    check_config(cfg)
+    built = build(cfg)  # checks the config first: a refused run leaves nothing behind
     record_dir = record_dir_of(cfg, run_dir)
     if (kept := runs.recorded(record_dir)) and not cfg.rerun:
         log.info("skipping %s: recorded in %s", run_dir.name, record_dir)
         return {**kept, "record": str(record_dir), "skipped": f"recorded in {record_dir.parent}"}
     accelerator, precision, why = machine.choose(cfg.trainer.accelerator, cfg.trainer.precision)
     with runs.claim(run_dir):  # raises runs.InUse while another process trains in this folder
-        return _train(cfg, run_dir, sweep, record_dir, accelerator, precision, why)
+        return _train(cfg, built, run_dir, sweep, record_dir, accelerator, precision, why)
 
 
-def _train(cfg: DictConfig, run_dir: Path, sweep: bool, record_dir: Path | None, accelerator: str, precision: str,
-           why: str) -> dict[str, Any]:
+def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir: Path | None, accelerator: str,
+           precision: str, why: str) -> dict[str, Any]:
     plan = _decide(run_dir, cfg, sweep)
     if plan.action == "skip":
         log.info("skipping %s: %s", run_dir, plan.why)
@@ -156,13 +141,7 @@ def _train(cfg: DictConfig, run_dir: Path, sweep: bool, record_dir: Path | None,
     ckpt, resumed_from = plan.checkpoint, plan.step
     runs.atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     torch.set_num_threads(_threads(cfg))
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-
-    datamodule = TaskDataModule(OmegaConf.to_container(cfg.task, resolve=True), cfg.seed, **cfg.data)
-    model_cfg = LlamaConfig(vocab_size=len(datamodule.task.vocab), max_len=datamodule.max_len, **cfg.model)
-    model = build_model(model_cfg, OmegaConf.to_container(cfg.pos, resolve=True))
-    _init_and_surgery(model, cfg)
-    lit = LitLM(model, cfg.optim, cfg.trainer.max_steps, diverge_grad_norm=cfg.trainer.diverge_grad_norm)
+    datamodule, model, lit = built.datamodule, built.model, built.lit
     compiled, compile_why = machine.choose_compile(cfg.trainer.compile, accelerator)
     if compiled:
         model.compile()  # in place: state_dict keys stay those of the plain model
@@ -253,21 +232,21 @@ def result_lines(summary: dict, report_target: Path | None = None) -> list[str]:
 def _check_single_run_of_preset(cfg: DictConfig, hc: DictConfig) -> None:
     """Without -m Hydra ignores a preset's sweep, so a single run would silently train something else: refuse
     unless the command line picks every axis that has several values or that the preset's config does not set."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from ropelab.cli import axis_values
 
     params = OmegaConf.select(hc, "sweeper.params") or {}
     given = {o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.task}
-    parser, unpicked = OverridesParser.create(), []
+    unpicked = []
     for key, values in params.items():
-        override = parser.parse_override(f"{key}={values}")
         if key in given:
             continue
-        if override.is_sweep_override():
-            unpicked.append(f"{key} ({', '.join(map(str, override.sweep_string_iterator()))})")
+        values = axis_values(key, values)
+        if len(values) > 1:
+            unpicked.append(f"{key} ({', '.join(map(str, values))})")
         else:
             current = hc.runtime.choices.get(key) if key in hc.runtime.choices else OmegaConf.select(cfg, key)
-            if current != override.value():
-                unpicked.append(f"{key} ({override.value()})")
+            if current != values[0]:
+                unpicked.append(f"{key} ({values[0]})")
     if unpicked:
         preset = hc.runtime.choices.get("experiment") or "this config"
         keys = " ".join(f"{u.split(' ')[0]}=…" for u in unpicked)

@@ -1,7 +1,9 @@
 """Positional schemes, one module each, built by name from the ``pos`` config group.
 
-Adding a scheme: write ``positional/<name>.py`` with a ``PositionalScheme`` subclass whose ``name`` is
-``<name>``, list it in ``_MODULES`` and add ``conf/pos/<name>.yaml``.
+A scheme is two files: ``positional/<name>.py`` defining one ``PositionalScheme`` subclass (its ``name`` is
+the file's) and ``conf/pos/<name>.yaml`` with its options; nothing lists the schemes (README, "Extending").
+The ``pos`` node also holds ``momentum``, which wraps every scheme and is applied by the attention
+(``positional.momentum``), so ``build`` leaves it out of the scheme's options.
 """
 
 from __future__ import annotations
@@ -9,46 +11,34 @@ from __future__ import annotations
 import inspect
 from typing import Any, Mapping
 
+from ropelab.errors import ConfigError, discover
+from ropelab.positional import momentum
 from ropelab.positional.base import PositionalScheme
-from tasks.base import ConfigError, discover
-
-_MODULES = [
-    "rope",
-    "spectral",
-    "bifocal",
-    "pope",
-    "rope_half",
-    "alibi",
-    "nope",
-    "learned_abs",
-    "sinusoidal",
-]
 
 
 def registry() -> dict[str, type[PositionalScheme]]:
-    return discover("ropelab.positional", _MODULES, PositionalScheme)
+    return discover("ropelab.positional", PositionalScheme)
 
 
 def names() -> list[str]:
-    return list(_MODULES)
+    return list(registry())
 
 
 def build(pos: Mapping[str, Any], head_dim: int, n_heads: int, max_len: int) -> PositionalScheme:
-    """Build the scheme named ``pos["name"]``; the other keys are its options (``momentum.gamma`` included)."""
-    options = dict(pos)
+    """Build the scheme named ``pos["name"]``; the other keys, but for ``momentum``, are its options."""
+    options = {key: value for key, value in pos.items() if key != momentum.KEY}
     name = options.pop("name", None)
     classes = registry()
     if name not in classes:
-        raise ConfigError(f"pos={name!r} is unknown: choose one of {', '.join(sorted(classes))}")
-    momentum_cfg = options.pop("momentum", None) or {}
-    gamma = momentum_cfg.get("gamma", 0.0)
+        raise ConfigError(f"pos={name!r} is unknown: choose one of {', '.join(classes)}")
     cls = classes[name]
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "head_dim", "n_heads", "max_len", "momentum_gamma"}
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "head_dim", "n_heads", "max_len"}
     unknown = sorted(set(options) - accepted)
     if unknown:
+        wrapper_keys = {f"{momentum.KEY}.{option}" for option in momentum.OPTIONS}
         raise ConfigError(f"pos.{unknown[0]} is not an option of pos={name}: valid keys are "
-                          f"{', '.join(sorted(accepted | {'momentum.gamma'}))}")
-    return cls(head_dim, n_heads, max_len, momentum_gamma=gamma, **options)
+                          f"{', '.join(sorted(accepted | wrapper_keys))}")
+    return cls(head_dim, n_heads, max_len, **options)
 
 
 __all__ = ["PositionalScheme", "build", "names", "registry"]

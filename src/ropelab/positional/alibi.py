@@ -15,8 +15,8 @@ import math
 
 import torch
 
+from ropelab.errors import require
 from ropelab.positional.base import PositionalScheme
-from tasks.base import require
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
@@ -33,10 +33,8 @@ def alibi_slopes(n_heads: int) -> list[float]:
 
 
 class ALiBi(PositionalScheme):
-    name = "alibi"
-
-    def __init__(self, head_dim, n_heads, max_len, heads_fraction: float = 1.0, momentum_gamma=0.0):
-        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+    def __init__(self, head_dim, n_heads, max_len, heads_fraction: float = 1.0):
+        super().__init__(head_dim, n_heads, max_len)
         ok = isinstance(heads_fraction, (int, float)) and not isinstance(heads_fraction, bool)
         require(ok and 0 < heads_fraction <= 1, "pos.heads_fraction", heads_fraction, "a number in (0, 1]")
         self.n_alibi = math.floor(heads_fraction * n_heads + 0.5)

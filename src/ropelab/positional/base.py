@@ -9,8 +9,8 @@ The attention block asks every scheme the same questions, so the backbone never 
   for rotary schemes and 2D for PoPE; ``qk_width(head_dim)`` says which.
 * ``attn_bias(ctx)`` — an additive (H, T, T) score bias (ALiBi) or None.
 
-Momentum (``momentum_gamma`` > 0) wraps any scheme: ``qk`` applies ``transform_qk`` and then the
-momentum filter; with γ = 0 it is exactly ``transform_qk``.
+A scheme knows nothing of what wraps every scheme: momentum (``pos.momentum.gamma``) is applied by the
+attention after ``transform_qk`` (``ropelab.positional.momentum``).
 
 One scheme module is shared by all layers; its learnable parameters (Ω, A, Φ, δ) are ordinary
 ``nn.Parameter``s, and ``positional_parameters()`` names them for the optimiser, report and loggers.
@@ -23,26 +23,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from ropelab.positional.momentum import momentum
-from tasks.base import require
-
 
 class PositionalScheme(nn.Module):
-    name: str = ""
+    name: str = ""  # the module's name: a scheme is its file, positional/<name>.py
 
-    def __init__(self, head_dim: int, n_heads: int, max_len: int, momentum_gamma: float = 0.0):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.name = cls.__module__.rpartition(".")[2]
+
+    def __init__(self, head_dim: int, n_heads: int, max_len: int):
         super().__init__()
-        require(isinstance(momentum_gamma, (int, float)) and momentum_gamma >= 0, "pos.momentum.gamma",
-                momentum_gamma, "a number >= 0")
         self.head_dim, self.n_heads, self.max_len = head_dim, n_heads, max_len
-        self.momentum_gamma = float(momentum_gamma)
-
-    def qk(self, q: torch.Tensor, k: torch.Tensor, ctx: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """What the attention calls: the positional transform, then momentum when γ > 0."""
-        q, k = self.transform_qk(q, k, ctx)
-        if self.momentum_gamma:
-            q, k = momentum(q, self.momentum_gamma), momentum(k, self.momentum_gamma)
-        return q, k
 
     def qk_width(self, head_dim: int) -> int:
         return head_dim

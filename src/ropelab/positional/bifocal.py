@@ -15,20 +15,18 @@ import math
 
 import torch
 
+from ropelab.errors import require
 from ropelab.positional.base import PositionalScheme
 from ropelab.positional.rope import RoPE
 from ropelab.positional.spectral import SpectralRoPE
-from tasks.base import require
 
 
 class Bifocal(PositionalScheme):
-    name = "bifocal"
-
     def __init__(self, head_dim, n_heads, max_len, spectral_fraction: float = 0.5, base: float = 10000.0,
                  freqs: str = "geometric", single_freq: float | None = None,
                  band: tuple[float, float] | None = None, phase_std: float = 1e-3, phase_on: str = "query",
-                 amplitude_on: str = "both", share: bool = False, momentum_gamma=0.0):
-        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+                 amplitude_on: str = "both", share: bool = False):
+        super().__init__(head_dim, n_heads, max_len)
         ok = isinstance(spectral_fraction, (int, float)) and not isinstance(spectral_fraction, bool)
         require(ok and 0 <= spectral_fraction <= 1, "pos.spectral_fraction", spectral_fraction, "a number in [0, 1]")
         self.n_spectral = math.floor(spectral_fraction * n_heads + 0.5)

@@ -9,15 +9,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ropelab.errors import require
 from ropelab.positional.base import PositionalScheme
-from tasks.base import require
 
 
 class LearnedAbsolute(PositionalScheme):
-    name = "learned_abs"
-
-    def __init__(self, head_dim, n_heads, max_len, init_std: float = 0.02, momentum_gamma=0.0):
-        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+    def __init__(self, head_dim, n_heads, max_len, init_std: float = 0.02):
+        super().__init__(head_dim, n_heads, max_len)
         require(isinstance(init_std, (int, float)) and init_std >= 0, "pos.init_std", init_std, "a number >= 0")
         self.embedding = nn.Parameter(torch.randn(max_len, head_dim * n_heads) * float(init_std))
 

@@ -9,7 +9,5 @@ from ropelab.positional.base import PositionalScheme
 
 
 class NoPE(PositionalScheme):
-    name = "nope"
-
-    def __init__(self, head_dim, n_heads, max_len, momentum_gamma=0.0):
-        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+    def __init__(self, head_dim, n_heads, max_len):
+        super().__init__(head_dim, n_heads, max_len)

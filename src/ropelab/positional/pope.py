@@ -21,18 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ropelab.errors import require
 from ropelab.positional.base import PositionalScheme
-from tasks.base import require
 
 DELTA_INITS = ("zero", "uniform")
 
 
 class PoPE(PositionalScheme):
-    name = "pope"
-
-    def __init__(self, head_dim, n_heads, max_len, base: float = 10000.0, delta_init: str = "zero",
-                 momentum_gamma=0.0):
-        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+    def __init__(self, head_dim, n_heads, max_len, base: float = 10000.0, delta_init: str = "zero",):
+        super().__init__(head_dim, n_heads, max_len)
         require(isinstance(base, (int, float)) and base > 1, "pos.base", base, "a number > 1")
         require(delta_init in DELTA_INITS, "pos.delta_init", delta_init, f"one of {', '.join(DELTA_INITS)}")
         theta = float(base) ** (-torch.arange(head_dim, dtype=torch.float64) / head_dim)

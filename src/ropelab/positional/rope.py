@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import torch
 
+from ropelab.errors import require
 from ropelab.positional.base import PositionalScheme
 from ropelab.positional.rotary import cos_sin, inverse_frequencies, rotate_signed, signed_sin
-from tasks.base import require
 
 
 class RoPE(PositionalScheme):
-    name = "rope"
-
     def __init__(self, head_dim, n_heads, max_len, base: float = 10000.0, freqs: str = "geometric",
-                 single_freq: float | None = None, band: tuple[float, float] | None = None, momentum_gamma=0.0):
-        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+                 single_freq: float | None = None, band: tuple[float, float] | None = None):
+        super().__init__(head_dim, n_heads, max_len)
         require(head_dim % 2 == 0, "model.d_model/model.n_heads", head_dim, "rotary schemes need an even head dim")
         inv_freq = inverse_frequencies(head_dim // 2, freqs, base, single_freq, band)
         self.register_buffer("inv_freq", inv_freq, persistent=False)

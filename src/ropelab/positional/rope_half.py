@@ -13,18 +13,16 @@ import math
 
 import torch
 
+from ropelab.errors import require
 from ropelab.positional.base import PositionalScheme
 from ropelab.positional.rope import RoPE
-from tasks.base import require
 
 
 class RoPEHalf(PositionalScheme):
-    name = "rope_half"
-
     def __init__(self, head_dim, n_heads, max_len, rotary_fraction: float = 0.5, base: float = 10000.0,
                  freqs: str = "geometric", single_freq: float | None = None,
-                 band: tuple[float, float] | None = None, momentum_gamma=0.0):
-        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+                 band: tuple[float, float] | None = None):
+        super().__init__(head_dim, n_heads, max_len)
         require(head_dim % 2 == 0, "model.d_model/model.n_heads", head_dim, "rotary schemes need an even head dim")
         ok = isinstance(rotary_fraction, (int, float)) and not isinstance(rotary_fraction, bool)
         require(ok and 0 < rotary_fraction <= 1, "pos.rotary_fraction", rotary_fraction, "a number in (0, 1]")

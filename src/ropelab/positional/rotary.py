@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from tasks.base import require
+from ropelab.errors import require
 
 FREQ_PROFILES = ("geometric", "single", "bandpass")
 BANDS = ("low", "mid", "high")  # thirds of the geometric spectrum's log range, lowest frequencies first

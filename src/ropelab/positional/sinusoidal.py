@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from ropelab.errors import require
 from ropelab.positional.base import PositionalScheme
-from tasks.base import require
 
 
 def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
@@ -25,10 +25,8 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch
 
 
 class Sinusoidal(PositionalScheme):
-    name = "sinusoidal"
-
-    def __init__(self, head_dim, n_heads, max_len, base: float = 10000.0, scale: float = 1.0, momentum_gamma=0.0):
-        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+    def __init__(self, head_dim, n_heads, max_len, base: float = 10000.0, scale: float = 1.0):
+        super().__init__(head_dim, n_heads, max_len)
         require(isinstance(base, (int, float)) and base > 1, "pos.base", base, "a number > 1")
         require(isinstance(scale, (int, float)) and scale >= 0, "pos.scale", scale, "a number >= 0")
         self.register_buffer("table", sinusoidal_table(max_len, head_dim * n_heads, base) * float(scale),

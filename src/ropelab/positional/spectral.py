@@ -17,21 +17,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ropelab.errors import require
 from ropelab.positional.base import PositionalScheme
 from ropelab.positional.rotary import cos_sin, inverse_frequencies, rotate_signed, signed_sin
-from tasks.base import require
 
 SIDES = ("query", "key", "both")
 
 
 class SpectralRoPE(PositionalScheme):
-    name = "spectral"
-
     def __init__(self, head_dim, n_heads, max_len, base: float = 10000.0, freqs: str = "geometric",
                  single_freq: float | None = None, band: tuple[float, float] | None = None,
                  phase_std: float = 1e-3, phase_on: str = "query", amplitude_on: str = "both",
-                 share: bool = False, momentum_gamma=0.0):
-        super().__init__(head_dim, n_heads, max_len, momentum_gamma)
+                 share: bool = False):
+        super().__init__(head_dim, n_heads, max_len)
         require(head_dim % 2 == 0, "model.d_model/model.n_heads", head_dim, "rotary schemes need an even head dim")
         require(isinstance(phase_std, (int, float)) and phase_std >= 0, "pos.phase_std", phase_std, "a number >= 0")
         require(phase_on in SIDES, "pos.phase_on", phase_on, f"one of {', '.join(SIDES)}")
