@@ -14,9 +14,10 @@ os.environ.setdefault("WANDB_MODE", "offline")
 HANG_GUARD_S = 1200
 
 
-def run_train(*overrides: str, cwd: Path, timeout: int = HANG_GUARD_S, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``python train.py`` as a user would, in ``cwd`` (runs land in cwd/runs)."""
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides], cwd=cwd, capture_output=True,
+def run_train(*overrides: str, cwd: Path, timeout: int = HANG_GUARD_S, env: dict | None = None,
+              root: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run ``python <root>/train.py`` as a user would, in ``cwd`` (runs land in cwd/runs)."""
+    return subprocess.run([sys.executable, str(root / "train.py"), *overrides], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
