@@ -57,15 +57,17 @@ pope: $(STAMP)
 # pope-gpu: the same on a CUDA machine, POPE_JOBS jobs sharing the GPU (CUDA_VISIBLE_DEVICES picks it).
 .PHONY: pope-curves pope-table pope-gpu
 POPE_JOBS ?= 8
+# compiled steps are 1.29x faster on the CPU (conf/experiment/pope_indirect.yaml); pope-gpu leaves it auto
+POPE_COMPILE ?= true
 POPE_RUN   = runs/pope_indirect/pos=$(1),seed=0,task=indirect_indexing
 pope-curves: $(STAMP)
-	$(PY) train.py -m experiment=pope_indirect pos=rope,pope seed=0 $(SWEEP_LAUNCHER) $(ARGS)
+	$(PY) train.py -m experiment=pope_indirect pos=rope,pope seed=0 trainer.compile=$(POPE_COMPILE) $(SWEEP_LAUNCHER) $(ARGS)
 
 pope-table: $(STAMP)
 	@st=0; \
-	$(PY) train.py -m experiment=pope_indirect $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
-	$(PY) train.py -m experiment=pope_indirect pos=alibi pos.heads_fraction=0.5 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
-	$(PY) train.py -m experiment=pope_indirect pos=pope pos.delta_init=uniform $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=pope_indirect trainer.compile=$(POPE_COMPILE) $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=pope_indirect pos=alibi pos.heads_fraction=0.5 trainer.compile=$(POPE_COMPILE) $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=pope_indirect pos=pope pos.delta_init=uniform trainer.compile=$(POPE_COMPILE) $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) -m ropelab.report results/pope_indirect --out results/pope_indirect/report || st=1; \
 	if [ -f "$(call POPE_RUN,rope)/checkpoints/last.ckpt" ] && [ -f "$(call POPE_RUN,pope)/checkpoints/last.ckpt" ]; then \
 	  $(PY) -m ropelab.freq_usage "$(call POPE_RUN,rope)" "$(call POPE_RUN,pope)" --out results/pope_indirect/freq_usage || st=1; \
@@ -74,7 +76,7 @@ pope-table: $(STAMP)
 	exit $$st
 
 pope-gpu: $(STAMP)
-	$(MAKE) pope-table LAUNCHER=gpu_shared ARGS="hydra.launcher.n_jobs=$(POPE_JOBS) trainer.accelerator=gpu $(ARGS)"
+	$(MAKE) pope-table POPE_COMPILE=auto LAUNCHER=gpu_shared ARGS="hydra.launcher.n_jobs=$(POPE_JOBS) trainer.accelerator=gpu $(ARGS)"
 
 # both momentum sweeps (72 + 168 jobs × 500 steps), then their reports from the records in results/momentum_*
 # (attention maps from runs/momentum_*/<job>/checkpoints). Resumable: run it again — recorded and completed jobs
