@@ -177,16 +177,55 @@ def plot_attention(sweep: Sweep, task: str, out: Path, dpi: int, layer: int) -> 
     return path, problems
 
 
+def plot_accuracy_curves(sweep: Sweep, task: str, out: Path, dpi: int) -> Path | None:
+    """Validation answer accuracy against training examples seen (steps × batch), one line per column: where
+    budgets differ between papers, examples are the unit they state (PoPE: 1M examples)."""
+    series = []
+    for column in sweep.columns():
+        curves = {}
+        for r in sweep.runs_in(task, column):
+            batch = r.config.get("data.batch_size")
+            if r.metrics is None or "val/acc" not in r.metrics or not isinstance(batch, int):
+                continue
+            acc = r.metrics[["step", "val/acc"]].dropna().groupby("step")["val/acc"].last()
+            curves[r.rel] = pd.Series(100 * acc.to_numpy(), index=(acc.index + 1) * batch)  # step k has seen k+1 batches
+        if curves:
+            series.append((column, pd.concat(curves, axis=1)))
+    if not series:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (column, data) in enumerate(series):
+        color = colors[i % len(colors)]
+        ax.plot(data.index, data.mean(axis=1).to_numpy(), color=color, lw=1.4, marker=".", ms=3,
+                label=f"{column} ({data.shape[1]})")
+        if data.shape[1] > 1:
+            ax.fill_between(data.index, data.min(axis=1).to_numpy(), data.max(axis=1).to_numpy(), color=color,
+                            alpha=0.18, lw=0)
+    ax.set_title(f"{task}: validation accuracy", fontsize=9)
+    ax.set_xlabel("training examples")
+    ax.set_ylabel("answer accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.subplots_adjust(left=0.11, right=0.98, bottom=0.14, top=0.91)
+    path = out / f"accuracy_{file_part(task)}.png"
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def curves_section(sweep: Sweep, out: Path, dpi: int) -> list[str]:
     figures = []
     for task in sweep.tasks():
-        path = plot_curves(sweep, task, out, dpi)
-        if path:
-            figures.append(f"![{task} loss curves]({path.name})")
+        for kind, plot in (("loss curves", plot_curves), ("validation accuracy", plot_accuracy_curves)):
+            if path := plot(sweep, task, out, dpi):
+                figures.append(f"![{task} {kind}]({path.name})")
     if not figures:
         return []
-    return ["## Loss curves", "", "Train loss (smoothed) and validation loss against step; one line per column, "
-            "mean over seeds, band = min–max over seeds, dotted = median lock-in step.", "", *figures, ""]
+    return ["## Learning curves", "", "Train loss (smoothed) and validation loss against step; one line per column, "
+            "mean over seeds, band = min–max over seeds, dotted = median lock-in step. Validation accuracy against "
+            "training examples seen (steps × batch), mean and min–max over seeds.", "", *figures, ""]
 
 
 def params_section(sweep: Sweep, out: Path, dpi: int, phase_ref: float | None) -> list[str]:
