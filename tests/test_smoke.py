@@ -1,10 +1,8 @@
 """The smoke matrix (``ropelab.smoke``): every task × every scheme builds and takes one finite training step, and
 at the default config the loss before that step is the one committed in results/smoke/smoke.json.
 
-The committed matrix came from another machine: here its numbers are reproduced to a float32 ulp or two (the code
-of the commit that wrote it gives today's numbers on this machine, not the file's). Rows of tasks changed since
-it was written are not compared: indirect_indexing (now the paper's character format) and the three tasks resized
-for the momentum sweeps (assoc_recall, variable_tracking, global_counting): other vocabularies, other losses.
+The committed matrix was written by the pre-refactor code (f9b4601, issue 14) and is bit-identical to today's on the
+machine that wrote it (all 81 cells, session 4); on another machine a float32 ulp or two may differ (other kernels).
 """
 
 import json
@@ -18,13 +16,12 @@ from ropelab import positional
 from ropelab.smoke import TINY, one_step
 
 COMMITTED = json.loads((ROOT / "results" / "smoke" / "smoke.json").read_text())
-STALE_ROWS = {"indirect_indexing", "assoc_recall", "variable_tracking", "global_counting"}
 ULPS = 1e-5  # a few float32 ulps at a loss of ~5: other kernels, same math
 
 
 def committed(cells) -> list[tuple[str, str]]:
     """The (task, scheme) cells of ``cells`` that the committed matrix holds (a task or scheme added since has none)."""
-    return [(t, p) for t, p in cells if t not in STALE_ROWS and "loss" in COMMITTED.get(t, {}).get(p, {})]
+    return [(t, p) for t, p in cells if "loss" in COMMITTED.get(t, {}).get(p, {})]
 
 
 @pytest.mark.parametrize("task_name", tasks.names())
