@@ -185,12 +185,11 @@ class Block(nn.Module):
 
     def forward(self, x, scheme, ctx, mask, need_weights: bool = False):
         """The next residual stream; with ``need_weights``, (stream, this block's attention weights)."""
-        if need_weights:
-            attended, weights = self.attn(self.attn_norm(x), scheme, ctx, mask, need_weights=True)
-            x = x + attended
-            return x + self.mlp(self.mlp_norm(x)), weights
-        x = x + self.attn(self.attn_norm(x), scheme, ctx, mask)
-        return x + self.mlp(self.mlp_norm(x))
+        attended = self.attn(self.attn_norm(x), scheme, ctx, mask, need_weights)
+        attended, weights = attended if need_weights else (attended, None)
+        x = x + attended
+        x = x + self.mlp(self.mlp_norm(x))
+        return (x, weights) if need_weights else x
 
 
 class Llama(nn.Module):

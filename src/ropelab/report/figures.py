@@ -32,6 +32,14 @@ def file_part(name: str) -> str:
     return "".join(c if (c.isascii() and c.isalnum()) or c in "-_.=" else "_" for c in name).strip("_")
 
 
+def plot_band(ax, data: pd.DataFrame, color, label: str | None = None, **line) -> None:
+    """One column's runs (a DataFrame column each) as their mean line, and a min–max band when there are several."""
+    ax.plot(data.index, data.mean(axis=1).to_numpy(), color=color, lw=1.4, label=label, **line)
+    if data.shape[1] > 1:
+        ax.fill_between(data.index, data.min(axis=1).to_numpy(), data.max(axis=1).to_numpy(), color=color,
+                        alpha=0.18, lw=0)
+
+
 def plot_curves(sweep: Sweep, task: str, out: Path, dpi: int) -> Path | None:
     series = []
     for column in sweep.columns():
@@ -52,13 +60,8 @@ def plot_curves(sweep: Sweep, task: str, out: Path, dpi: int) -> Path | None:
     for i, (column, n, train, val, lock) in enumerate(series):
         color = colors[i % len(colors)]
         for ax, data in ((axes[0], train), (axes[1], val)):
-            if data.empty:
-                continue
-            mean = data.mean(axis=1)
-            ax.plot(mean.index, mean.to_numpy(), color=color, lw=1.4, label=f"{column} ({n})")
-            if data.shape[1] > 1:
-                ax.fill_between(data.index, data.min(axis=1).to_numpy(), data.max(axis=1).to_numpy(),
-                                color=color, alpha=0.18, lw=0)
+            if not data.empty:
+                plot_band(ax, data, color, f"{column} ({n})")
         if lock is not None:
             axes[0].axvline(lock, color=color, ls=":", lw=1)
     a, b = sweep.rule.plateau
@@ -197,12 +200,7 @@ def plot_accuracy_curves(sweep: Sweep, task: str, out: Path, dpi: int) -> Path |
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (column, data) in enumerate(series):
-        color = colors[i % len(colors)]
-        ax.plot(data.index, data.mean(axis=1).to_numpy(), color=color, lw=1.4, marker=".", ms=3,
-                label=f"{column} ({data.shape[1]})")
-        if data.shape[1] > 1:
-            ax.fill_between(data.index, data.min(axis=1).to_numpy(), data.max(axis=1).to_numpy(), color=color,
-                            alpha=0.18, lw=0)
+        plot_band(ax, data, colors[i % len(colors)], f"{column} ({data.shape[1]})", marker=".", ms=3)
     ax.set_title(f"{task}: validation accuracy", fontsize=9)
     ax.set_xlabel("training examples")
     ax.set_ylabel("answer accuracy (%)")
