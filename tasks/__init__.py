@@ -11,6 +11,7 @@ A task is two files: ``tasks/<name>.py`` defining one ``Task`` subclass (its ``n
 from __future__ import annotations
 
 import inspect
+from typing import Any, Mapping
 
 from ropelab.errors import ConfigError, discover
 from tasks.base import IGNORE, Task, pack
@@ -37,4 +38,12 @@ def build(name: str, **params) -> Task:
         raise ConfigError(f"task.{name}: {err}; valid keys: {', '.join(allowed)}") from None
 
 
-__all__ = ["IGNORE", "ConfigError", "Task", "build", "names", "pack", "registry"]
+def build_with_ood(task_cfg: Mapping[str, Any]) -> tuple[Task, Task]:
+    """A run's ``task`` config → (in-distribution task, OOD task): the OOD one takes the config's ``ood`` overrides."""
+    params = dict(task_cfg)
+    name = params.pop("name", None)
+    ood = dict(params.pop("ood", None) or {})
+    return build(name, **params), build(name, **{**params, **ood})
+
+
+__all__ = ["IGNORE", "ConfigError", "Task", "build", "build_with_ood", "names", "pack", "registry"]

@@ -2,7 +2,6 @@
 progress by default, an end-of-run line with every split, quiet output, presets that do what they say."""
 
 import fcntl
-import json
 import os
 import pty
 import struct

@@ -15,10 +15,11 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import tasks  # noqa: E402
 from conftest import TINY  # noqa: E402
 from ropelab import config, machine, positional  # noqa: E402
 from ropelab.build import model_for  # noqa: E402
-from ropelab.data import build_tasks, draw  # noqa: E402
+from ropelab.data import draw  # noqa: E402
 from ropelab.lit import LitLM  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -52,7 +53,7 @@ def test_every_scheme_trains_on_the_device_at_auto_precision(device, scheme, ove
     """A real bio_rotation batch, the autocast a run with trainer.precision=auto gets there, a full AdamW step:
     the loss is finite and every parameter, gradient and optimizer state stays on the device."""
     _, precision, _ = machine.choose(device, "auto")
-    task, ood = build_tasks({"name": "bio_rotation", "gap_min": 10, "gap_max": 20, "ood": {"gap_min": 20, "gap_max": 30}})
+    task, ood = tasks.build_with_ood({"name": "bio_rotation", "gap_min": 10, "gap_max": 20, "ood": {"gap_min": 20, "gap_max": 30}})
     model = _tiny_model(scheme, max(task.seq_len, ood.seq_len), overrides).to(device)
     inputs, targets = (torch.from_numpy(a).to(device) for a in draw(task.for_split("train"), 0, "train", 4))
     lit = LitLM(model, {"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.95], "eps": 1e-8, "warmup_steps": 1,

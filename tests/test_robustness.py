@@ -1,15 +1,13 @@
 """Nothing lost, nothing cryptic: validation, exact resume after SIGKILL, resumable sweeps, divergence,
 determinism, atomic writes."""
 
-import json
 import os
 import signal
-from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
+import tasks
 from conftest import TINY, run_train
 from ropelab import runs
 from ropelab.callbacks import KillAtStep
@@ -171,8 +169,8 @@ def test_splits_never_share_a_generator_seed():
         for y in SPLITS:
             if x != y:
                 assert not seeds[x] & seeds[y]
-    dm = TaskDataModule({"name": "bio_rotation", "gap_min": 5, "gap_max": 9}, seed=0, val_size=16, test_size=16,
-                        ood_size=16, eval_batch_size=16)
+    dm = TaskDataModule(*tasks.build_with_ood({"name": "bio_rotation", "gap_min": 5, "gap_max": 9}), seed=0,
+                        val_size=16, test_size=16, ood_size=16, eval_batch_size=16)
     val = dm.fixed_set("val").tensors[0].numpy()
     train = draw(dm.task, 0, "train", 16)[0]
     assert not np.array_equal(train, val[:16])

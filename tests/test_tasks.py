@@ -367,9 +367,7 @@ OOD_GROUPS_TOUCH = {"bio_rotation"}  # its OOD gaps start where training's end; 
 
 
 def from_yaml(name):
-    from ropelab.data import build_tasks
-
-    task, ood = build_tasks(task_cfg(name))
+    task, ood = tasks.build_with_ood(task_cfg(name))
     if name == "code_lm":  # keep the test light: the validation files, not the 40 MB training split
         task = task.for_split("val")
     return task, ood.for_split("ood")

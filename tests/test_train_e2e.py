@@ -3,11 +3,9 @@
 import json
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from conftest import ROOT, run_train
+from conftest import run_train
 
-CONF = str(ROOT / "conf")
 
 
 def test_train_writes_a_complete_run_folder(tmp_path, tiny):

@@ -51,6 +51,7 @@ from typing import Any, Callable, Sequence
 import torch
 from omegaconf import OmegaConf
 
+import tasks
 from ropelab import machine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -277,14 +278,13 @@ def build_hf(label: str, shape: dict, precision: str = "32-true", device: str = 
 
 def generator_rates(batch_size: int, min_seconds: float) -> dict[str, dict[str, Any]]:
     """Samples/s of every registered task's generator at its default config (training batches)."""
-    import tasks
     from ropelab.config import compose
-    from ropelab.data import build_tasks, draw
+    from ropelab.data import draw
 
     out: dict[str, dict[str, Any]] = {}
     for name in tasks.names():
         try:
-            task, _ = build_tasks(OmegaConf.to_container(compose([f"task={name}"]).task, resolve=True))
+            task, _ = tasks.build_with_ood(OmegaConf.to_container(compose([f"task={name}"]).task, resolve=True))
             task = task.for_split("train")
             index = [0]
 
@@ -313,7 +313,7 @@ def sweep_estimate(precision: str, device: str, steps: int, say: Callable, start
     inflates less than wall time. Lightning's own per-step work (logging, callbacks, 8 checkpoints) is not
     included: compare with real records (``summary.json`` ``wall_seconds``) where they exist."""
     from ropelab.config import compose
-    from ropelab.data import build_tasks, draw
+    from ropelab.data import draw
 
     t = TABLE1
     model_cfg = OmegaConf.to_container(OmegaConf.load(CONF / "model" / "llama.yaml"), resolve=True)
@@ -321,7 +321,7 @@ def sweep_estimate(precision: str, device: str, steps: int, say: Callable, start
     job_cpu_s: list[float] = []
     n_eval = math.ceil(t["eval_size"] / t["eval_batch_size"])
     for task_name in t["tasks"]:
-        task, ood = build_tasks(OmegaConf.to_container(compose([f"task={task_name}"]).task, resolve=True))
+        task, ood = tasks.build_with_ood(OmegaConf.to_container(compose([f"task={task_name}"]).task, resolve=True))
         train_batch = [torch.from_numpy(a).to(device) for a in draw(task.for_split("train"), 0, "train", t["batch_size"])]
         val_in = torch.from_numpy(draw(task.for_split("val"), 0, "val", t["eval_batch_size"], grouped=True)[0]).to(device)
         ood_in = torch.from_numpy(draw(ood.for_split("ood"), 0, "ood", t["eval_batch_size"], grouped=True)[0]).to(device)

@@ -9,10 +9,13 @@ Training (``ropelab.train``), the config check (``ropelab.config.check_config``)
 attention maps and frequency usage (``ropelab.attention_maps.load_run_model``) and the surgery experiment all
 build through here, so they all see the run that training sees, and a run builds each object once.
 
-The order fixes the random stream: everything is seeded from ``cfg.seed`` first (Lightning's
-``seed_everything``, as a run needs), and the model is initialised right after ``torch.manual_seed(cfg.seed)``
-(the scheme from a forked stream, ``build_model``), so one seed gives the same weights in every tool. The task's
-vocabulary and the longer of its in-distribution and OOD lengths size the model (``vocab_size``, ``max_len``).
+The order fixes the random stream and keeps a refused config cheap. The config is checked first: the schema,
+then the task's options (building the tasks, NumPy only), then the scheme's (building the model, right after
+``torch.manual_seed(cfg.seed)``; the scheme draws from a forked stream, ``build_model``), so one seed gives the same
+weights in every tool. Only then is Lightning imported (≈ 3 s of a refused ``python train.py`` otherwise) and
+everything seeded from ``cfg.seed`` (Lightning's ``seed_everything``, as a run needs) before the datamodule and
+the Lightning module. The task's vocabulary and the longer of its in-distribution and OOD lengths size the model
+(``vocab_size``, ``max_len``).
 """
 
 from __future__ import annotations
@@ -20,15 +23,19 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import lightning as L
+from typing import TYPE_CHECKING
+
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+import tasks
 from ropelab.config import check_schema
-from ropelab.data import TaskDataModule
-from ropelab.lit import LitLM
 from ropelab.model import Llama, LlamaConfig, build_model
 from tasks.base import Task
+
+if TYPE_CHECKING:
+    from ropelab.data import TaskDataModule
+    from ropelab.lit import LitLM
 
 log = logging.getLogger("ropelab")
 
@@ -52,9 +59,15 @@ def build(cfg: DictConfig, for_checkpoint: bool = False) -> Built:
     what ran), and ``init_from``'s weights are left out (``surgery`` still shapes the model)."""
     if not for_checkpoint:
         check_schema(cfg)
+    task, ood_task = tasks.build_with_ood(OmegaConf.to_container(cfg.task, resolve=True))
+    model = model_for(cfg, len(task.vocab), max(task.seq_len, ood_task.seq_len), init_weights=not for_checkpoint)
+    import lightning as L  # here, not at the top: see the module's docstring
+
+    from ropelab.data import TaskDataModule
+    from ropelab.lit import LitLM
+
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    datamodule = TaskDataModule(OmegaConf.to_container(cfg.task, resolve=True), cfg.seed, **cfg.data)
-    model = model_for(cfg, len(datamodule.task.vocab), datamodule.max_len, init_weights=not for_checkpoint)
+    datamodule = TaskDataModule(task, ood_task, cfg.seed, **cfg.data)
     lit = LitLM(model, cfg.optim, cfg.trainer.max_steps, diverge_grad_norm=cfg.trainer.diverge_grad_norm)
     return Built(datamodule, model, lit)
 

@@ -8,14 +8,13 @@ uninterrupted one would, with no generator state to save.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Iterator
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-import tasks
 from ropelab.errors import require
 from tasks.base import Task
 
@@ -46,30 +45,21 @@ class TrainStream(IterableDataset):
             step += 1
 
 
-def build_tasks(task_cfg: Mapping[str, Any]) -> tuple[Task, Task]:
-    """(in-distribution task, OOD task): the OOD one takes the task's ``ood`` overrides."""
-    params = dict(task_cfg)
-    name = params.pop("name", None)
-    ood = dict(params.pop("ood", None) or {})
-    return tasks.build(name, **params), tasks.build(name, **{**params, **ood})
-
-
 class TaskDataModule(L.LightningDataModule):
-    def __init__(self, task_cfg: Mapping[str, Any], seed: int, batch_size: int = 32, val_size: int = 512,
+    """Batches of ``task`` (training, validation, test) and ``ood_task`` (OOD), as built by
+    ``tasks.build_with_ood``."""
+
+    def __init__(self, task: Task, ood_task: Task, seed: int, batch_size: int = 32, val_size: int = 512,
                  test_size: int = 512, ood_size: int = 512, eval_batch_size: int = 128):
         super().__init__()
         for key, value in dict(batch_size=batch_size, val_size=val_size, test_size=test_size, ood_size=ood_size,
                                eval_batch_size=eval_batch_size).items():
             require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"data.{key}", value,
                     "an integer >= 1")
-        self.task, self.ood_task = build_tasks(task_cfg)
+        self.task, self.ood_task = task, ood_task
         self.seed, self.batch_size, self.eval_batch_size = seed, batch_size, eval_batch_size
         self.sizes = {"val": val_size, "test": test_size, "ood": ood_size}
         self._fixed: dict[str, TensorDataset] = {}
-
-    @property
-    def max_len(self) -> int:
-        return max(self.task.seq_len, self.ood_task.seq_len)
 
     def fixed_set(self, split: str) -> TensorDataset:
         """The validation / test / OOD set: drawn once, in eval-batch-sized chunks, each with its own seed."""

@@ -39,7 +39,6 @@ in transformers. ``load_weights(model, path)`` loads a ``train.py`` run folder o
 
 from __future__ import annotations
 
-import math
 import types
 from pathlib import Path
 from typing import Any, Callable

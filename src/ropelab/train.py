@@ -17,39 +17,34 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import hydra
-import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from ropelab import machine, runs, sweep_summary
 from ropelab.build import Built, build
-from ropelab.callbacks import FlushLoggers, KillAtStep, PositionalTrace, Progress
 from ropelab.cli import CONF_DIR
 from ropelab.errors import ConfigError
-from ropelab.lit import Diverged
-from ropelab.loggers import truncate_metrics
+
+# Lightning and what needs it are imported by build() and _train(), once the config has passed: a refused
+# ``python train.py`` then exits without Lightning's ≈ 3 s import (ropelab.build's docstring)
 
 log = logging.getLogger("ropelab")
 
 OmegaConf.register_new_resolver("ropelab_run_dir", runs.single_run_dir, use_cache=True, replace=True)
 
 
-def _quiet_harmless_output() -> None:
+def _quiet_harmless_warnings() -> None:
     """Silence what is harmless here, each message by its own text, so that real warnings still show."""
     # conf/hydra/launcher/joblib.yaml shadows the joblib plugin's config of the same name on purpose (README,
     # "Launchers"): Hydra warns about it once per composed config
     warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/joblib' is validated against ConfigStore schema")
     # lightning's own _pytree builds a LeafSpec, which torch deprecates: nothing ropelab can change
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
-    # Lightning's info lines (GPU available, AMP, "fit stopped", the litlogger tip) repeat what ropelab's own
-    # device, progress and end-of-run lines say; its warnings go through `warnings` and still show
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
 
 
-_quiet_harmless_output()
+_quiet_harmless_warnings()
 
 
 def _cores() -> int:
@@ -96,6 +91,8 @@ def _decide(run_dir: Path, cfg: DictConfig, sweep: bool) -> Plan:
             "holds no checkpoint (checkpoints/last.ckpt): it stopped before its first validation; leave out "
             "resume= to start afresh" if started else "is not a run folder: nothing to resume"))
     if fresh or not last.exists():
+        from ropelab.callbacks import PositionalTrace
+
         for leftover in ("checkpoints", "metrics.csv", PositionalTrace.FILE):
             path = run_dir / leftover
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
@@ -134,6 +131,17 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
 
 def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir: Path | None, accelerator: str,
            precision: str, why: str) -> dict[str, Any]:
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from ropelab.callbacks import FlushLoggers, KillAtStep, PositionalTrace, Progress
+    from ropelab.lit import Diverged
+    from ropelab.loggers import truncate_metrics
+
+    # Lightning's info lines (GPU available, AMP, "fit stopped", the litlogger tip) repeat what ropelab's own
+    # device, progress and end-of-run lines say; its warnings go through `warnings` and still show. Set after
+    # its import, which sets this logger's level itself.
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     plan = _decide(run_dir, cfg, sweep)
     if plan.action == "skip":
         log.info("skipping %s: %s", run_dir, plan.why)
