@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TINY, run_train
+from conftest import TINY, train_here
 from ropelab import freq_usage
 from ropelab.model import LlamaConfig, build_model
 
@@ -76,9 +76,9 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
     runs = {}
     for name in ("rope", "pope"):
         run_dir = tmp_path / name
-        done = run_train(*TWO_LAYERS, "task=indirect_indexing", f"pos={name}", "trainer.max_steps=3",
-                         "trainer.val_every=3", f"hydra.run.dir={run_dir}", cwd=tmp_path)
-        assert done.returncode == 0, done.stdout + done.stderr
+        done = train_here(*TWO_LAYERS, "task=indirect_indexing", f"pos={name}", "trainer.max_steps=3",
+                          "trainer.val_every=3", run_dir=run_dir)
+        assert done["status"] == "completed", done
         runs[name] = run_dir
     out = tmp_path / "fig"
     assert freq_usage.main([str(runs["rope"]), str(runs["pope"]), "--out", str(out), "--examples", "16"]) == 0

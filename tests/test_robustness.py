@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tasks
-from conftest import TINY, run_train
+from conftest import TINY, run_train, train_here
 from ropelab import runs
 from ropelab.callbacks import KillAtStep
 from ropelab.config import check_config, compose
@@ -139,11 +139,9 @@ def test_divergence_stops_the_run_and_the_sweep_goes_on(tmp_path):
 
 
 def test_nan_loss_is_diverged_with_last_finite_loss(tmp_path):
-    from ropelab.train import run
-
-    cfg = composed("trainer.max_steps=20", "trainer.val_every=10", "optim.lr=1e6", "optim.warmup_steps=0",
-                   "trainer.gradient_clip_val=null", "trainer.diverge_grad_norm=null")
-    summary = run(cfg, tmp_path / "nan")
+    summary = train_here(*TINY, "trainer.max_steps=20", "trainer.val_every=10", "optim.lr=1e6",
+                         "optim.warmup_steps=0", "trainer.gradient_clip_val=null", "trainer.diverge_grad_norm=null",
+                         run_dir=tmp_path / "nan")
     assert summary["status"] == "diverged"
     assert summary["last_finite_loss"] is not None and np.isfinite(summary["last_finite_loss"])
     assert runs.read_summary(tmp_path / "nan")["status"] == "diverged"
@@ -151,9 +149,7 @@ def test_nan_loss_is_diverged_with_last_finite_loss(tmp_path):
 
 # ---------------------------------------------------------------- determinism
 def _metrics(tmp_path, name, *overrides):
-    from ropelab.train import run
-
-    run(composed("trainer.max_steps=6", "trainer.val_every=3", *overrides), tmp_path / name)
+    train_here(*TINY, "trainer.max_steps=6", "trainer.val_every=3", *overrides, run_dir=tmp_path / name)
     return (tmp_path / name / "metrics.csv").read_text()
 
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from conftest import HANG_GUARD_S, ROOT, TINY, run_train
+from conftest import ROOT, TINY, train_here
 from ropelab.config import check_config, compose
 from ropelab.errors import ConfigError
 from ropelab.model import Llama, LlamaConfig, build_model
@@ -280,18 +280,18 @@ def _train_losses(run_dir):
         return {int(r["step"]): float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")}
 
 
-def test_train_py_init_from_and_surgery(tmp_path):
+def test_init_from_and_surgery_by_config(tmp_path):
     """A finished run, spectralized by config and fine-tuned with only Ω, A, Φ free: its first loss (before
     any update) equals that of the same fine-tuning with fixed rope, and it moves only Ω, A, Φ."""
     common = [*TINY, "task=code_lm", "task.window=32", "task.ood.window=48"]
     pre = tmp_path / "pre"
-    done = run_train(*common, "trainer.max_steps=3", "trainer.val_every=3", f"hydra.run.dir={pre}", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = train_here(*common, "trainer.max_steps=3", "trainer.val_every=3", run_dir=pre)
+    assert done["status"] == "completed", done
     tune = [*common, "seed=1", "trainer.max_steps=2", "trainer.val_every=2", f"init_from={pre}"]
     spec, ctl = tmp_path / "spec", tmp_path / "ctl"
     for extra, out in ((["surgery=spectral", "surgery_train=spectral"], spec), ([], ctl)):
-        done = run_train(*tune, *extra, f"hydra.run.dir={out}", cwd=tmp_path)
-        assert done.returncode == 0, done.stderr[-2000:]
+        done = train_here(*tune, *extra, run_dir=out)
+        assert done["status"] == "completed", done
     assert _train_losses(spec)[0] == _train_losses(ctl)[0]
     assert _train_losses(spec)[1] != _train_losses(ctl)[1]
     before = torch.load(pre / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
@@ -324,13 +324,16 @@ def test_sawtooth_statistics():
 def test_surgery_experiment_runs_and_reports(tmp_path):
     """The whole experiment on a tiny model: pretrain, swap check, three arms, report (not its numbers)."""
     import json
-    import subprocess
+
+    from ropelab import surgery_experiment
 
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "ropelab.surgery_experiment", "--tiny", "--pretrain-steps", "6",
-                           "--finetune-steps", "4", "--runs", str(tmp_path / "runs"), "--out", str(out)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD_S)
-    assert done.returncode == 0, done.stderr[-3000:]
+    threads = torch.get_num_threads()
+    try:  # in this process: the experiment trains through ropelab.train.run itself
+        surgery_experiment.main(["--tiny", "--pretrain-steps", "6", "--finetune-steps", "4",
+                                 "--runs", str(tmp_path / "runs"), "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
     data = json.loads((out / "surgery.json").read_text())
     assert data["swap"]["bit_identical"] and data["swap_equal_to_control"]
     assert set(data["arms"]) == {"control", "spectral_only", "spectral_all"}
