@@ -72,7 +72,8 @@ def plot_curves(sweep: Sweep, task: str, out: Path, dpi: int) -> Path | None:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("loss (answer tokens)")
-    axes[1].legend(fontsize=7, loc="upper right")
+    # on the validation panel, unless no run got to a validation (short runs): then on the training one
+    (axes[1] if axes[1].get_legend_handles_labels()[0] else axes[0]).legend(fontsize=7, loc="upper right")
     fig.text(0.01, 0.01, "line: mean over seeds; band: min–max; dotted: median lock-in step; grey: plateau window",
              fontsize=6, color="grey")
     fig.subplots_adjust(left=0.07, right=0.99, bottom=0.16, top=0.92, wspace=0.06)
