@@ -101,7 +101,7 @@ def test_sigkill_then_resume_ends_bit_identical(tmp_path):
 
 def test_rerunning_a_completed_run_folder_skips_it(tmp_path):
     args = [*TINY, "trainer.max_steps=2", "trainer.val_every=1"]
-    assert run_train(*args, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path).returncode == 0
+    assert train_here(*args, run_dir=tmp_path / "r")["status"] == "completed"
     before = (tmp_path / "r" / "summary.json").read_text()
     again = run_train(*args, f"resume={tmp_path / 'r'}", cwd=tmp_path)
     assert again.returncode == 0 and (tmp_path / "r" / "summary.json").read_text() == before
