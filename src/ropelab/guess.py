@@ -61,19 +61,13 @@ def group_mode_accuracy(task, n: int = 20000, seed: int = 0) -> float:
     return float(np.mean(guesses == answers))
 
 
-def task_from_config(task_cfg: dict):
-    """The training-split task of a run's ``task:`` config (its ``ood`` block is the OOD split's)."""
-    params = {k: v for k, v in task_cfg.items() if k not in ("name", "ood")}
-    return tasks.build(task_cfg["name"], **params)
-
-
 def baselines(configs: Iterable[Path], n: int = 20000) -> dict[str, float]:
     """Guess accuracy (the floor) per task of the runs whose ``config.yaml`` files are given (first per task)."""
     found: dict[str, dict] = {}
     for config in configs:
         task_cfg = yaml.safe_load(Path(config).read_text())["task"]
         found.setdefault(task_cfg["name"], task_cfg)
-    return {name: guess_accuracy(task_from_config(cfg), n) for name, cfg in found.items()}
+    return {name: guess_accuracy(tasks.build_with_ood(cfg)[0], n) for name, cfg in found.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
