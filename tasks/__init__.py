@@ -38,12 +38,17 @@ def build(name: str, **params) -> Task:
         raise ConfigError(f"task.{name}: {err}; valid keys: {', '.join(allowed)}") from None
 
 
-def build_with_ood(task_cfg: Mapping[str, Any]) -> tuple[Task, Task]:
-    """A run's ``task`` config → (in-distribution task, OOD task): the OOD one takes the config's ``ood`` overrides."""
+def from_config(task_cfg: Mapping[str, Any], ood: bool = False) -> Task:
+    """A run's ``task`` config → its task; with ``ood``, the OOD split's (the config's ``ood`` overrides applied)."""
     params = dict(task_cfg)
     name = params.pop("name", None)
-    ood = dict(params.pop("ood", None) or {})
-    return build(name, **params), build(name, **{**params, **ood})
+    overrides = params.pop("ood", None) or {}
+    return build(name, **({**params, **overrides} if ood else params))
 
 
-__all__ = ["IGNORE", "ConfigError", "Task", "build", "build_with_ood", "names", "pack", "registry"]
+def build_with_ood(task_cfg: Mapping[str, Any]) -> tuple[Task, Task]:
+    """A run's ``task`` config → (in-distribution task, OOD task)."""
+    return from_config(task_cfg), from_config(task_cfg, ood=True)
+
+
+__all__ = ["IGNORE", "ConfigError", "Task", "build", "build_with_ood", "from_config", "names", "pack", "registry"]

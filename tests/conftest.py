@@ -1,3 +1,4 @@
+import contextlib
 import os
 import subprocess
 import sys
@@ -21,20 +22,27 @@ def run_train(*overrides: str, cwd: Path, timeout: int = HANG_GUARD_S, env: dict
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def train_here(*overrides: str, run_dir: Path) -> dict:
-    """Train in this process, as ``python train.py`` does once Hydra has composed the config
-    (``ropelab.train.run``), for tests that need a finished run rather than the command line; returns the
-    summary. Saves the 5 s a subprocess spends importing, and puts back torch's thread count, which a run sets."""
+@contextlib.contextmanager
+def torch_threads_kept():
+    """Puts back torch's thread count, which a run in this process sets (trainer.threads)."""
     import torch
-
-    from ropelab.config import compose
-    from ropelab.train import run
 
     threads = torch.get_num_threads()
     try:
-        return run(compose(list(overrides)), Path(run_dir))
+        yield
     finally:
         torch.set_num_threads(threads)
+
+
+def train_here(*overrides: str, run_dir: Path) -> dict:
+    """Train in this process, as ``python train.py`` does once Hydra has composed the config
+    (``ropelab.train.run``), for tests that need a finished run rather than the command line; returns the
+    summary. Saves the 5 s a subprocess spends importing."""
+    from ropelab.config import compose
+    from ropelab.train import run
+
+    with torch_threads_kept():
+        return run(compose(list(overrides)), Path(run_dir))
 
 
 # a tiny, fast configuration for end-to-end runs

@@ -1,6 +1,5 @@
 """Every config in conf/ composes (and every option group choice is buildable by name)."""
 
-
 import pytest
 from hydra import compose, initialize_config_dir
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, TINY, train_here
+from conftest import ROOT, TINY, torch_threads_kept, train_here
 from ropelab.config import check_config, compose
 from ropelab.errors import ConfigError
 from ropelab.model import Llama, LlamaConfig, build_model
@@ -328,12 +328,9 @@ def test_surgery_experiment_runs_and_reports(tmp_path):
     from ropelab import surgery_experiment
 
     out = tmp_path / "out"
-    threads = torch.get_num_threads()
-    try:  # in this process: the experiment trains through ropelab.train.run itself
+    with torch_threads_kept():  # in this process: the experiment trains through ropelab.train.run itself
         surgery_experiment.main(["--tiny", "--pretrain-steps", "6", "--finetune-steps", "4",
                                  "--runs", str(tmp_path / "runs"), "--out", str(out)])
-    finally:
-        torch.set_num_threads(threads)
     data = json.loads((out / "surgery.json").read_text())
     assert data["swap"]["bit_identical"] and data["swap_equal_to_control"]
     assert set(data["arms"]) == {"control", "spectral_only", "spectral_all"}

@@ -7,7 +7,6 @@ import pytest
 from conftest import run_train
 
 
-
 def test_train_writes_a_complete_run_folder(tmp_path, tiny):
     result = run_train("pos=spectral", "trainer.max_steps=4", "trainer.val_every=2", *tiny, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

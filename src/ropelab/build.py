@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 import torch

@@ -15,7 +15,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from ropelab.runs import atomic_write_bytes
+from ropelab.runs import TRACE, atomic_write_bytes
 
 log = logging.getLogger("ropelab")
 
@@ -27,7 +27,7 @@ class PositionalTrace(L.Callback):
     e.g. ``omega`` (n, heads, pairs). The trace is part of the checkpoint, so a resumed run keeps it whole.
     """
 
-    FILE = "positional_trace.npz"
+    FILE = TRACE
 
     def __init__(self, run_dir: str | Path):
         self.path = Path(run_dir) / self.FILE

@@ -67,7 +67,7 @@ def baselines(configs: Iterable[Path], n: int = 20000) -> dict[str, float]:
     for config in configs:
         task_cfg = yaml.safe_load(Path(config).read_text())["task"]
         found.setdefault(task_cfg["name"], task_cfg)
-    return {name: guess_accuracy(tasks.build_with_ood(cfg)[0], n) for name, cfg in found.items()}
+    return {name: guess_accuracy(tasks.from_config(cfg), n) for name, cfg in found.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,8 @@ from typing import Any
 
 RUNS_ROOT = Path(os.environ.get("ROPELAB_RUNS", "runs"))
 SUMMARY = "summary.json"
-RECORD_FILES = ("config.yaml", SUMMARY, "metrics.csv", "positional_trace.npz")
+TRACE = "positional_trace.npz"  # learnable positional parameters over training (callbacks.PositionalTrace)
+RECORD_FILES = ("config.yaml", SUMMARY, "metrics.csv", TRACE)
 LOCK = ".lock"
 UNSTARTED = {".hydra", "train.log", LOCK}  # what a job folder holds before training writes its config.yaml
 _UMASK = os.umask(0o022)

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ropelab import runs
 from ropelab.config import compose
 from ropelab.stats import sawtooth
 
@@ -148,7 +149,7 @@ def untrained_phase(n: int, sigma: float = 1e-3) -> dict[str, float]:
 
 
 def analyse_trace(run_dir: Path) -> dict[str, Any]:
-    trace = np.load(run_dir / "positional_trace.npz")
+    trace = np.load(run_dir / runs.TRACE)
     steps = trace["steps"]
     omega0, omega = trace["omega"][0], trace["omega"][-1]  # (H, P)
     rel = (omega - omega0) / omega0

@@ -91,9 +91,7 @@ def _decide(run_dir: Path, cfg: DictConfig, sweep: bool) -> Plan:
             "holds no checkpoint (checkpoints/last.ckpt): it stopped before its first validation; leave out "
             "resume= to start afresh" if started else "is not a run folder: nothing to resume"))
     if fresh or not last.exists():
-        from ropelab.callbacks import PositionalTrace
-
-        for leftover in ("checkpoints", "metrics.csv", PositionalTrace.FILE):
+        for leftover in ("checkpoints", "metrics.csv", runs.TRACE):
             path = run_dir / leftover
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         return Plan("fresh")

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ropelab import runs
 from ropelab.stats import train_loss
 
 SKIP_DIRS = {"report", "wandb", "checkpoints", ".submitit", ".hydra", "__pycache__"}
@@ -127,7 +128,7 @@ def steps_trained(run: Run) -> int | None:
 
 def load_trace(run: Run) -> dict[str, np.ndarray] | None:
     """positional_trace.npz: each learned positional parameter at step 0 and every validation, plus ``steps``."""
-    path = run.path / "positional_trace.npz"
+    path = run.path / runs.TRACE
     if not path.is_file():
         return None
     try:
