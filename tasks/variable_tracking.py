@@ -11,6 +11,13 @@ The chains' statements are interleaved uniformly at random, keeping each chain's
 is assigned once (names drawn without replacement from ``n_vars`` letters a–z, A–Z) and every chain has a
 different value (digits drawn without replacement from ``n_values``), so only following the queried chain
 gives the answer. The query is the last variable of the main chain; the answer is its value, one token.
+``format="adjacent"`` writes the same statements without ``=`` and ``,``, so a value (or a source variable) sits
+right after its name, as in associative recall's ``k v`` pairs; the query ``? z`` is followed by the answer:
+
+    <bos> q 4 x 3 y x Q q z y ? z 3
+
+With ``=`` between them, a value is two tokens after its name, which a one-token shift (a previous-token head,
+momentum's q_t − q_{t−1}) does not reach; the adjacent format removes that obstacle and keeps the chains.
 Group key: the main chain's length (the number of hops). OOD split: longer chains (5–8; training uses 1–4).
 """
 
@@ -24,13 +31,15 @@ from ropelab.errors import require, require_int
 from tasks.base import BOS, PAD, Task, pack
 
 NAMES = string.ascii_lowercase + string.ascii_uppercase
+FORMATS = ("equals", "adjacent")  # "x = 3 ," | "x 3"
 
 
 class VariableTracking(Task):
     group_name = "chain"
 
     def __init__(self, chain_min: int = 1, chain_max: int = 4, n_distractors: int = 3, n_vars: int = 52,
-                 n_values: int = 10):
+                 n_values: int = 10, format: str = "equals"):
+        require(format in FORMATS, "task.format", format, f"one of {', '.join(FORMATS)}")
         require_int(chain_min, "task.chain_min", 1)
         require_int(chain_max, "task.chain_max", chain_min, f"an integer >= task.chain_min ({chain_min})")
         require_int(n_distractors, "task.n_distractors", 0)
@@ -44,8 +53,11 @@ class VariableTracking(Task):
                 f"at most task.n_values - 1 ({n_values - 1}): every chain has its own value")
         self.chain_min, self.chain_max, self.n_distractors, self.n_vars, self.n_values = \
             chain_min, chain_max, n_distractors, n_vars, n_values
+        self.format = format
         self.vocab = [PAD, BOS, "=", ",", "?", *NAMES[:n_vars], *(str(v) for v in range(n_values))]
-        self.seq_len = 1 + 4 * chains * chain_max + 4 - 1  # statements "v = x ,", query "? v = a"
+        # statements "v = x ," and query "? v = a" (equals) or "v x" and "? v a" (adjacent); inputs drop the answer
+        self.statement_len, query_len = (4, 4) if format == "equals" else (2, 3)
+        self.seq_len = 1 + self.statement_len * chains * chain_max + query_len - 1
 
     def sample_grouped(self, rng, n):
         bos, eq, comma, query, var0 = 1, 2, 3, 4, 5
@@ -63,11 +75,15 @@ class VariableTracking(Task):
         keys = np.sort(np.where(valid, rng.random((n, chains, cmax)), 2.0), axis=2).reshape(n, -1)
         order = np.argsort(keys, axis=1)
         body = body.reshape(n, chains * cmax, 4)[np.arange(n)[:, None], order].reshape(n, -1)
+        if self.format == "adjacent":
+            body = body.reshape(n, -1, 4)[..., [0, 2]].reshape(n, -1)
+        width = self.statement_len
         total = lengths.sum(axis=1)
         last = names[np.arange(n), 0, lengths[:, 0] - 1]
         sequences, starts = [], []
         for i in range(n):
-            seq = np.concatenate([[bos], body[i, : 4 * total[i]], [query, last[i], eq, values[i, 0]]])
+            asked = [query, last[i], eq, values[i, 0]] if width == 4 else [query, last[i], values[i, 0]]
+            seq = np.concatenate([[bos], body[i, : width * total[i]], asked])
             sequences.append(seq)
             starts.append(len(seq) - 1)
         inputs, targets = pack(sequences, starts, self.seq_len)

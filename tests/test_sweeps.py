@@ -23,7 +23,8 @@ from ropelab.model import LlamaConfig, build_model
 from ropelab.stats import Landmarks, lockin_step
 
 CONF = ROOT / "conf"
-PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+CALIBRATIONS = sorted(p.stem for p in (CONF / "experiment").glob("calibrate_*.yaml"))  # budget grids, not tables
+PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in CALIBRATIONS)
 EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call for
     "bifocal_table1": {"task": {"dyck3", "bio_rotation", "mod_arith"}, "pos": {"rope", "spectral", "bifocal"}},
     "pope_indirect": {"task": {"indirect_indexing"},
@@ -67,6 +68,20 @@ def test_preset_composes_with_its_sweep_and_budget(preset):
     text = (CONF / "experiment" / f"{preset}.yaml").read_text()
     assert text.startswith("# @package _global_") and "Budget" in text
     assert f"{cfg.trainer.max_steps:,} steps × batch {cfg.data.batch_size}" in text
+
+
+@pytest.mark.parametrize("preset", CALIBRATIONS)
+def test_calibration_preset_is_a_budget_grid_of_one_task_recorded_apart(preset):
+    task = preset.removeprefix("calibrate_")
+    cfg = _compose(f"experiment={preset}")
+    defaults = yaml.safe_load((CONF / "experiment" / f"{preset}.yaml").read_text())["defaults"]
+    assert {"override /task": task} in defaults and {"override /pos": "rope"} in defaults
+    assert cfg.name == f"calibration/{task}" and cfg.record == f"results/calibration/{task}"
+    axes = _axes(cfg.hydra.sweeper.params)
+    assert len(axes.pop("trainer.max_steps")) >= 3 and len(axes.pop("seed")) >= 2
+    assert "task" not in axes and "pos" not in axes, "one task and the baseline scheme: the other axes are sizes"
+    text = (CONF / "experiment" / f"{preset}.yaml").read_text()
+    assert text.startswith("# @package _global_") and "Budget" in text
 
 
 def _missing_choices(params) -> list[str]:

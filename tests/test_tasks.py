@@ -240,6 +240,46 @@ def test_variable_tracking_answers_follow_the_chain(params, seed):
         assert not any(source == var for source in body[2::4]), "the queried variable ends its chain"
 
 
+def adjacent_chain_answer(tokens):
+    """(the answer the chains give, the queried chain's hops) of an adjacent-format example, or an assertion."""
+    assert tokens[0] == "<bos>" and tokens[-3] == "?"
+    body, var, answer = tokens[1:-3], tokens[-2], tokens[-1]
+    assert len(body) % 2 == 0 and "=" not in tokens and "," not in tokens
+    value_of, hops = {}, {}
+    for name, source in zip(body[::2], body[1::2]):
+        assert not name.isdigit() and name not in value_of, "each variable is assigned once"
+        value_of[name], hops[name] = (source, 1) if source.isdigit() else (value_of[source], hops[source] + 1)
+    assert answer == value_of[var], "the answer is the queried chain's value"
+    return answer, hops[var]
+
+
+def test_variable_tracking_adjacent_docstring_example_follows_its_chain():
+    doc = tasks.registry()["variable_tracking"].__module__
+    text = next(line.strip() for line in sys.modules[doc].__doc__.splitlines() if line.strip().startswith("<bos> q 4"))
+    assert adjacent_chain_answer(text.split()) == ("3", 3)
+
+
+@PROPS
+@given(tracking_params(), st.integers(0, 2**32 - 1))
+def test_variable_tracking_adjacent_format_is_the_same_chains_without_separators(params, seed):
+    equals = tasks.build("variable_tracking", **params)
+    adjacent = tasks.build("variable_tracking", **params, format="adjacent")
+    assert adjacent.seq_len == 1 + 2 * (1 + params["n_distractors"]) * params["chain_max"] + 2
+    (xe, ye, ge), (xa, ya, ga) = batch(equals, seed), batch(adjacent, seed)
+    assert np.array_equal(ge, ga), "the same draws: only the writing differs"
+    for row_e, tgt_e, row_a, tgt_a, chain in zip(xe, ye, xa, ya, ga):
+        toks_e, _ = unpack(equals, row_e, tgt_e)
+        toks_a, ans = unpack(adjacent, row_a, tgt_a)
+        assert ans == [len(toks_a) - 1]
+        assert toks_a == [t for t in toks_e if t not in ("=", ",")]
+        assert adjacent_chain_answer(toks_a) == (toks_e[-1], chain)
+
+
+def test_variable_tracking_format_is_checked():
+    with pytest.raises(tasks.ConfigError, match=r"task.format.*equals, adjacent"):
+        tasks.build("variable_tracking", format="pairs")
+
+
 # ---- global_counting ------------------------------------------------------------------------------------------
 
 
