@@ -10,7 +10,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from conftest import ROOT
-from ropelab import config
+from ropelab import config, locality
 from ropelab import momentum_report as mr
 from ropelab.errors import ConfigError
 from ropelab.model import LlamaConfig, build_model
@@ -207,23 +207,23 @@ def _uniform(T):
 def test_local_mass_on_synthetic_attention():
     T = 10
     eye = np.broadcast_to(np.eye(T), (2, 4, T, T))       # (layers, heads, T, T): all mass on the query itself
-    assert mr.local_mass(eye, k=1) == pytest.approx(1) and mr.local_mass(eye, k=3) == pytest.approx(1)
+    assert locality.local_mass(eye, k=1) == pytest.approx(1) and locality.local_mass(eye, k=3) == pytest.approx(1)
     previous = np.eye(T, k=-1)
     previous[0, 0] = 1                                     # each query on the token before it
-    assert mr.local_mass(previous, k=1) == pytest.approx(0) and mr.local_mass(previous, k=2) == pytest.approx(1)
+    assert locality.local_mass(previous, k=1) == pytest.approx(0) and locality.local_mass(previous, k=2) == pytest.approx(1)
     first = np.zeros((T, T))
     first[:, 0] = 0.5
     first[np.arange(T), np.arange(T)] += 0.5               # half on itself, half on the first token
-    assert mr.local_mass(first, k=3) == pytest.approx(0.5)  # queries i ≥ 3 only: token 0 is outside their band
-    assert mr.local_mass(_uniform(T), k=3) == pytest.approx(mr.uniform_local_mass(T, 3))
-    assert mr.uniform_local_mass(T, 3) == pytest.approx(np.mean([3 / (i + 1) for i in range(3, T)]))
+    assert locality.local_mass(first, k=3) == pytest.approx(0.5)  # queries i ≥ 3 only: token 0 is outside their band
+    assert locality.local_mass(_uniform(T), k=3) == pytest.approx(locality.uniform_local_mass(T, 3))
+    assert locality.uniform_local_mass(T, 3) == pytest.approx(np.mean([3 / (i + 1) for i in range(3, T)]))
     # heads differ: the mean over heads
     heads = np.stack([np.eye(T), _uniform(T)])
-    assert mr.local_mass(heads, k=3) == pytest.approx((1 + mr.uniform_local_mass(T, 3)) / 2)
-    mass, ref = mr.sharpening([np.eye(6)[None], _uniform(12)[None]], k=3)
-    assert mass == pytest.approx((1 + mr.uniform_local_mass(12, 3)) / 2)
-    assert ref == pytest.approx((mr.uniform_local_mass(6, 3) + mr.uniform_local_mass(12, 3)) / 2)
-    assert math.isnan(mr.local_mass(np.eye(3), k=3))
+    assert locality.local_mass(heads, k=3) == pytest.approx((1 + locality.uniform_local_mass(T, 3)) / 2)
+    mass, ref = locality.sharpening([np.eye(6)[None], _uniform(12)[None]], k=3)
+    assert mass == pytest.approx((1 + locality.uniform_local_mass(12, 3)) / 2)
+    assert ref == pytest.approx((locality.uniform_local_mass(6, 3) + locality.uniform_local_mass(12, 3)) / 2)
+    assert math.isnan(locality.local_mass(np.eye(3), k=3))
 
 
 # ------------------------------------------------------------------------------ the section on a tiny record set
@@ -282,6 +282,30 @@ def test_momentum_report_on_a_tiny_record_set(tmp_path):
     assert (tmp_path / "out" / "gamma_response_geometric.png").stat().st_size > 5000
     assert "Momentum claims" in md and "associative recall improves monotonically" in md
     assert "1 layers, hidden 32, 2 heads" in md
+
+
+def test_a_record_keeps_the_sharpening_number_the_report_rebuilds_without_checkpoint(tmp_path, tiny):
+    from conftest import train_here
+    from ropelab import attention_maps
+    from ropelab.report import Sweep
+    from ropelab.stats import Landmarks
+
+    run = tmp_path / "sweep" / "pos.momentum.gamma=0.5,pos=rope,seed=0,task=assoc_recall"
+    summary = train_here(*tiny, "task=assoc_recall", "pos.momentum.gamma=0.5", "trainer.max_steps=4",
+                         "trainer.val_every=4", run_dir=run)
+    kept = summary["attention"]
+    assert kept["k"] == locality.K and kept["examples"] == 8, "capped at the first validation batch (8 here)"
+    model, task, cfg = attention_maps.load_run_model(run)  # the final weights, from the checkpoint
+    mass, uniform = locality.sharpening(locality.run_maps(model, task, cfg, 8))
+    assert kept["local_mass"] == pytest.approx(mass, abs=1e-6) and kept["uniform"] == pytest.approx(uniform)
+    assert 0 < kept["local_mass"] <= 1 and 0 < kept["uniform"] < 1
+    import shutil
+
+    shutil.rmtree(run / "checkpoints")  # a record: no checkpoint
+    table = mr.seed_table(Sweep(tmp_path / "sweep", Landmarks()))
+    md, masses = mr.attention_section(table, tmp_path / "out", 80, k=locality.K, layer=0, n_examples=8, ckpt_roots=[])
+    assert masses == {("assoc_recall", 0.5): {0: kept["local_mass"]}}
+    assert "Attention sharpening" in md[0]
 
 
 def test_freqs_sweep_report_has_a_row_per_profile(tmp_path):

@@ -19,18 +19,8 @@ import numpy as np
 import torch
 import yaml
 
+from ropelab.locality import attention_weights, validation_example
 from ropelab.model import Llama
-
-
-@torch.no_grad()
-def attention_weights(model: Llama, idx: torch.Tensor) -> torch.Tensor:
-    """idx (B, T) → softmax attention weights (B, layers, heads, T, T), query on dim −2, key on dim −1."""
-    x, ctx, mask = model.inputs(idx)
-    maps = []
-    for block in model.blocks:
-        x, weights = block(x, model.pos, ctx, mask, need_weights=True)
-        maps.append(weights)
-    return torch.stack(maps, dim=1)
 
 
 @torch.no_grad()
@@ -62,19 +52,6 @@ def load_run_model(run_dir: str | Path, checkpoint: str = "checkpoints/last.ckpt
     state = torch.load(run_dir / checkpoint, map_location="cpu", weights_only=False)["state_dict"]
     model.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
     return model.eval(), task, cfg
-
-
-def validation_example(cfg: Mapping[str, Any], task, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Example ``index`` of the run's validation set (the same draw as TaskDataModule.fixed_set), cropped
-    after its last answer token."""
-    from ropelab.data import draw
-
-    data = cfg.get("data", {})
-    n = min(int(data.get("eval_batch_size", 128)), int(data.get("val_size", 256)))
-    inputs, targets, _ = draw(task.for_split("val"), int(cfg.get("seed", 0)), "val", n, index=0, grouped=True)
-    answer = np.flatnonzero(targets[index] != -100)
-    end = int(answer[-1]) + 1 if len(answer) else inputs.shape[1]
-    return inputs[index, :end], targets[index, :end]
 
 
 def run_attention(run_dir: str | Path, index: int = 0) -> tuple[np.ndarray, np.ndarray]:

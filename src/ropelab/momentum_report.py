@@ -42,6 +42,7 @@ import pandas as pd
 
 from ropelab.report import budget_lines, file_part, load_paper_values, markdown_table, open_report, pyplot
 from ropelab.guess import baselines
+from ropelab.locality import local_mass, run_maps as model_maps, sharpening
 from ropelab.report.sweep import GAMMA
 from ropelab.runs import atomic_write_text
 from ropelab.stats import Estimate, Landmarks, estimate, paired_difference
@@ -193,33 +194,6 @@ def gamma_verdict(by_gamma: Mapping[float, Mapping[Any, float]], margin: float =
                    f"(> ±{100 * margin:g}): flatness not shown; {slope_text}", slope, diffs, means)
 
 
-def local_mass(weights: np.ndarray, k: int = 3) -> float:
-    """Attention mass on the k most recent keys (i−k < j ≤ i), averaged over queries i ≥ k and every leading
-    axis (layers, heads, examples of one length). ``weights``: (..., T, T), rows summing to 1."""
-    w = np.asarray(weights, dtype=float)
-    T = w.shape[-1]
-    if T <= k:
-        return math.nan
-    i, j = np.indices((T, T))
-    band = ((i - j) >= 0) & ((i - j) < k)
-    mass = (w * band).sum(axis=-1)[..., k:]
-    return float(mass.mean())
-
-
-def uniform_local_mass(T: int, k: int = 3) -> float:
-    """``local_mass`` of uniform causal attention over a length-T sequence: mean of k/(i+1), i = k … T−1."""
-    return float(np.mean([k / (i + 1) for i in range(k, T)])) if T > k else math.nan
-
-
-def sharpening(maps: Iterable[np.ndarray], k: int = 3) -> tuple[float, float]:
-    """(mean local mass, mean uniform reference) over examples of different lengths, each map (..., T, T)."""
-    pairs = [(local_mass(m, k), uniform_local_mass(m.shape[-1], k)) for m in maps]
-    pairs = [p for p in pairs if not math.isnan(p[0])]
-    if not pairs:
-        return math.nan, math.nan
-    return float(np.mean([p[0] for p in pairs])), float(np.mean([p[1] for p in pairs]))
-
-
 # ----------------------------------------------------------------------------------------------- from a sweep
 
 def _profile(run) -> str:
@@ -348,16 +322,19 @@ def _checkpoint(run, ckpt_roots: list[Path]) -> Path | None:
 
 def run_maps(run, ckpt: Path, n_examples: int) -> list[np.ndarray]:
     """Attention weights (layers, heads, T, T) of ``n_examples`` validation examples of a run."""
-    import torch
-
     from ropelab import attention_maps
 
     model, task, cfg = attention_maps.load_run_model(run.path, checkpoint=str(ckpt.resolve()))
-    maps = []
-    for index in range(n_examples):
-        inputs, _ = attention_maps.validation_example(cfg, task, index)
-        maps.append(attention_maps.attention_weights(model, torch.as_tensor(inputs)[None])[0].numpy())
-    return maps
+    return model_maps(model, task, cfg, n_examples)
+
+
+def recorded_mass(run, k: int, n_examples: int) -> tuple[float, float] | None:
+    """(local mass, uniform reference) that the run's summary.json kept at the end of training, when it was
+    measured the same way (k, number of examples)."""
+    kept = (run.summary or {}).get("attention") or {}
+    if kept.get("k") == k and kept.get("examples") == n_examples and kept.get("local_mass") is not None:
+        return float(kept["local_mass"]), float(kept["uniform"])
+    return None
 
 
 def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: int, n_examples: int,
@@ -373,7 +350,12 @@ def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: i
         run = row["run"]
         ckpt = _checkpoint(run, ckpt_roots)
         if ckpt is None:
-            problems.append(run.rel)
+            kept = recorded_mass(run, k, n_examples)
+            if kept is None:
+                problems.append(run.rel)
+            else:  # the record's number; no map to draw
+                masses.setdefault((row["task"], row["gamma"]), {})[row["seed"]] = kept[0]
+                uniform.setdefault(row["task"], []).append(kept[1])
             continue
         try:
             maps = run_maps(run, ckpt, n_examples)
@@ -387,8 +369,9 @@ def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: i
         if key not in panels:  # seeds are visited lowest first: one example per (task, γ), the same seed if any
             panels[key] = (maps[0][layer].mean(axis=0), local_mass(maps[0][layer], k), row["seed"])
     if not masses:
-        return ([f"Attention sharpening: no checkpoint found for {len(problems)} runs (records keep none; "
-                 "pass --checkpoints runs/<sweep>)."] if problems else []), {}
+        return ([f"Attention sharpening: no checkpoint and no recorded number for {len(problems)} runs (records "
+                 "keep no checkpoint; records of older code keep no number either: pass --checkpoints "
+                 "runs/<sweep>)."] if problems else []), {}
     gammas = sorted({g for _, g in masses})
     rows = []
     for task in _tasks(here):
@@ -400,7 +383,7 @@ def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: i
     md = ["### Attention sharpening", "",
           f"Attention mass on the {k} most recent tokens (the query's own included), averaged over queries "
           f"i ≥ {k}, heads, layers and the first {n_examples} validation examples of each run; mean "
-          "[95 % t interval] (n seeds with a checkpoint); `uniform` = what uniform causal attention gives on the "
+          "[95 % t interval] (n seeds with a checkpoint or the number their record kept); `uniform` = what uniform causal attention gives on the "
           "same examples; the last column is paired by seed.", "",
           markdown_table(pd.DataFrame(rows).set_index("task")), ""]
     fig = plot_attention_grid(panels, out, dpi, k, layer)

@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from ropelab import machine, runs, sweep_summary
+from ropelab import locality, machine, runs, sweep_summary
 from ropelab.build import Built, build
 from ropelab.cli import CONF_DIR
 from ropelab.errors import ConfigError
@@ -192,6 +192,7 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
             final.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         trainer.test(lit, datamodule=datamodule, verbose=False)
         final.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        summary["attention"] = locality.measure(model, datamodule.task, cfg)  # the record rebuilds sharpening
         summary.update(status="completed", final=final, per_group={
             "group": datamodule.task.group_name, "metric": "exact",
             **{split: {str(g): counts for g, counts in groups.items()} for split, groups in lit.group_results.items()}})
