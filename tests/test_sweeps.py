@@ -28,6 +28,7 @@ PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem 
 EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call for
     "bifocal_table1": {"task": {"dyck3", "bio_rotation", "mod_arith"}, "pos": {"rope", "spectral", "bifocal"}},
     "bifocal_calibrated_mod_arith": {"task": {"mod_arith"}, "pos": {"rope", "spectral", "bifocal"}},
+    "bifocal_calibrated_dyck3": {"task": {"dyck3"}, "pos": {"rope", "spectral", "bifocal"}},
     "pope_indirect": {"task": {"indirect_indexing"},
                       "pos": {"rope", "pope", "rope_half", "alibi", "learned_abs", "sinusoidal"}},
     "momentum_gamma": {"task": {"assoc_recall", "variable_tracking", "global_counting", "mean_pooling"},
