@@ -37,6 +37,8 @@ EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call 
                        "pos": {"rope"}, "pos.freqs": {"geometric", "single@1", "single@0.1", "single@0.01",
                                                       "bandpass@low", "bandpass@mid", "bandpass@high"},
                        "pos.momentum.gamma": {"0", "2"}},
+    "momentum_calibrated_assoc_recall": {"task": {"assoc_recall"}, "pos": {"rope"}, "pos.momentum.gamma": {
+        "0", "0.01", "0.02", "0.05", "0.1", "0.2", "0.3", "2.0"}},
     "rope_base": {"task": {"bio_rotation", "indirect_indexing"}, "pos": {"rope", "spectral"},
                   "pos.base": {"1000", "5000", "10000", "50000", "100000"}},
     "cross_table": {"task": set(tasks.names()), "pos": set(positional.names())},  # all there are
