@@ -94,6 +94,35 @@ momentum: $(STAMP)
 	done; \
 	exit $$status
 
+# Calibration (issue 21, src/ropelab/calibrate.py): where rope learns a task before schemes are compared on it —
+# conf/experiment/calibrate_<TASK>.yaml's grid of budgets × sizes, then the picks into results/calibration/<TASK>/report.
+# make calibrate TASK=mod_arith [LAUNCHER=joblib ARGS="trainer.threads=1"]
+.PHONY: calibrate bifocal-calibrated momentum-calibrated
+CALIBRATE_ARGS_assoc_recall = --baseline pos.momentum.gamma=0
+calibrate: $(STAMP)
+	@test -n "$(TASK)" || { echo "usage: make calibrate TASK=<task> (one of: $$(ls conf/experiment | sed -n 's/^calibrate_\(.*\)\.yaml$$/\1/p' | tr '\n' ' '))" >&2; exit 2; }
+	$(PY) train.py -m experiment=calibrate_$(TASK) $(SWEEP_LAUNCHER) $(ARGS)
+	$(PY) -m ropelab.calibrate results/calibration/$(TASK) $(CALIBRATE_ARGS_$(TASK))
+
+# Bifocal Table 1's mod 7 and Dyck-3 at the calibrated budgets, then the report and the speed/extrapolation table
+bifocal-calibrated: $(STAMP)
+	@st=0; \
+	$(PY) train.py -m experiment=bifocal_calibrated_mod_arith $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=bifocal_calibrated_dyck3 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) -m ropelab.report results/bifocal_calibrated --out results/bifocal_calibrated/report || st=1; \
+	$(PY) -m ropelab.learning_speed results/bifocal_calibrated || st=1; \
+	exit $$st
+
+# the momentum γ sweeps at calibrated sizes and budgets, then their report
+momentum-calibrated: $(STAMP)
+	@st=0; \
+	for p in $$(ls conf/experiment | sed -n 's/^\(momentum_calibrated_.*\)\.yaml$$/\1/p'); do \
+	  $(PY) train.py -m experiment=$$p $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	done; \
+	$(PY) -m ropelab.report results/momentum_calibrated --out results/momentum_calibrated/report --no-attention || st=1; \
+	$(PY) -m ropelab.momentum_report results/momentum_calibrated --out results/momentum_calibrated/report || st=1; \
+	exit $$st
+
 report: $(STAMP)
 	@test -n "$(SWEEP)" || { echo "usage: make report SWEEP=runs/<name> [ARGS='--out DIR']" >&2; exit 2; }
 	$(PY) -m ropelab.report $(SWEEP) $(ARGS)
