@@ -176,3 +176,18 @@ def test_command_writes_the_table_and_the_figure(tiny_runs, tmp_path, capsys):
     assert (out / "extrapolation_code_lm.png").stat().st_size > 0
     assert extrapolate.main([str(tmp_path / "nothing-here")]) == 2
     assert "error: path=" in capsys.readouterr().out
+
+
+def test_the_fine_tune_preset_starts_from_the_pretraining_job_of_its_scheme_and_seed(tmp_path, monkeypatch):
+    from ropelab import config
+
+    monkeypatch.chdir(tmp_path)  # a folder without the pretraining runs
+
+    cfg = config.compose(["experiment=extrapolation_code_lm_ft", "pos=rope", "seed=2", "pos.scaling=yarn",
+                          "pos.scaling_factor=4", "pos.original_max_len=128"])
+    # Hydra names a pretraining job by its sorted overrides: pos=…,seed=…,task=code_lm
+    assert cfg.init_from == "runs/extrapolation_code_lm/pos=rope,seed=2,task=code_lm"
+    assert cfg.task.window == 4 * config.compose(["experiment=extrapolation_code_lm"]).task.window
+    with pytest.raises(ConfigError, match=r"^init_from='runs/extrapolation_code_lm/pos=rope,seed=2,task=code_lm' is "
+                                          r"invalid: a run folder with checkpoints/last.ckpt"):
+        config.check_config(cfg)  # refused in one line, before anything trains
