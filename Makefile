@@ -170,3 +170,22 @@ gpu-check: $(HF_STAMP)
 .PHONY: surgery
 surgery: $(HF_STAMP)
 	$(PY) -m ropelab.surgery_experiment $(ARGS)
+
+# Length extrapolation (issue 25; README "Length extrapolation"): every scheme trained on code_lm at window 128
+# (conf/experiment/extrapolation_code_lm.yaml, 24 jobs), fine-tuned at 4× (extrapolation_code_lm_ft: 21 jobs + YaRN
+# + ft, 3 jobs), then each run evaluated at 1×, 2×, 4×, 8× with rope's scalings as evaluation variants; the table,
+# the figure and the CSV go to results/extrapolation_code_lm/extrapolation/ (commit it with the records).
+# Resumable like any sweep; every step runs even if one has a failed job (exit 1 at the end).
+# E.g. make extrapolation LAUNCHER=joblib ARGS="trainer.threads=1"; on a GPU LAUNCHER=gpu_shared.
+.PHONY: extrapolation
+EXTRAP_EVAL = --factors 1 2 4 8 --scaling none linear:auto ntk:auto yarn:auto yarn:4
+extrapolation: $(STAMP)
+	@st=0; \
+	$(PY) train.py -m experiment=extrapolation_code_lm $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=extrapolation_code_lm_ft $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=extrapolation_code_lm_ft pos=rope pos.scaling=yarn pos.scaling_factor=4 \
+	  pos.original_max_len=128 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) -m ropelab.extrapolate runs/extrapolation_code_lm runs/extrapolation_code_lm_ft $(EXTRAP_EVAL) \
+	  --out results/extrapolation_code_lm/extrapolation || st=1; \
+	echo "next: git add results/extrapolation_code_lm results/extrapolation_code_lm_ft && git commit -m 'records: extrapolation'"; \
+	exit $$st

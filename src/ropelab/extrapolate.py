@@ -217,13 +217,13 @@ def extrapolate_run(run: Path, factors: list[float], variants: list[Variant], sp
     trained_task, trained_ood = tasks.build_with_ood(cfg["task"])
     trained_max_len = max(trained_task.seq_len, trained_ood.seq_len)
     needed = max([trained_max_len, *(t.seq_len for t in tasks_at.values())])
-    is_rope = cfg["pos"]["name"] == "rope"
     limited = positional.registry()[cfg["pos"]["name"]].length_limited
+    # the variants are for rope as pretrained: a run trained with a scaling or fine-tuned is evaluated as trained
+    plain_rope = cfg["pos"]["name"] == "rope" and not cfg["pos"].get("scaling") and not cfg.get("init_from")
+    if cfg["pos"]["name"] == "rope" and not plain_rope and any(v.scaling for v in variants):
+        log(f"{run.name}: trained with a scaling or fine-tuned: evaluated as trained only, no --scaling variants")
     rows = []
-    for variant in (variants if is_rope else [Variant()]):
-        if variant.scaling is not None and cfg["pos"].get("scaling"):
-            log(f"{run}: trained with pos.scaling={cfg['pos']['scaling']}; evaluated as trained only")
-            continue
+    for variant in (variants if plain_rope else [Variant()]):
         label = label_of(cfg) + variant.label()
         models: dict[Any, Any] = {}
         for f in factors:
@@ -231,8 +231,8 @@ def extrapolate_run(run: Path, factors: list[float], variants: list[Variant], sp
                        scaling=variant.scaling or cfg["pos"].get("scaling") or "", train_len=train_len, factor=f,
                        length=tasks_at[f].seq_len if f in tasks_at else None, note=notes.get(f, ""),
                        val_loss_run=None, **{m: None for m in METRICS}, examples=None)
-            if f == 1.0 and own_base:
-                row["val_loss_run"] = (summary.get("final") or {}).get(f"{split}/loss")
+            if f == 1.0 and own_base and (variant.scaling is None or variant.factor_at(1.0) == 1.0):
+                row["val_loss_run"] = (summary.get("final") or {}).get(f"{split}/loss")  # the same model, set
             if f in tasks_at:
                 task = tasks_at[f]
                 overrides = None
@@ -303,6 +303,18 @@ def tables(rows: list[dict]) -> str:
                 lines.append(f"| {r.label} | {r.seed} | {r.loss:.6f} | {r.val_loss_run:.6f} | "
                              f"{r.loss - r.val_loss_run:+.2e} |")
             lines.append("")
+        lines += [f"## {task}: loss at each length − loss at 1× (per run, then mean ± SD)", "",
+                  "| scheme | " + " | ".join(h for f, h in zip(factors, head) if f != 1.0) + " |",
+                  "|---|" + "---:|" * sum(f != 1.0 for f in factors)]
+        for label, g in part.groupby("label", sort=True):
+            at1 = g[g["factor"] == 1.0].set_index("run")["loss"]
+            cells = []
+            for f in factors:
+                if f != 1.0:
+                    at = g[g["factor"] == f].set_index("run")["loss"]
+                    cells.append(_cell(list((at - at1.reindex(at.index)).dropna()), 3))
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("")
         notes = part[part["note"].astype(bool)]
         if len(notes):
             lines += [f"## {task}: empty cells", ""]
