@@ -332,10 +332,13 @@ def figure(rows: list[dict], task: str, path: Path) -> None:
 
     df = pd.DataFrame(rows)
     df = df[(df["task"] == task) & df["loss"].notna()]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for label, g in df.groupby("label", sort=True):
+    fig, ax = plt.subplots(figsize=(8.4, 4.6))
+    colours = plt.get_cmap("tab20").colors
+    for i, (label, g) in enumerate(df.groupby("label", sort=True)):
         stats = g.groupby("length")["loss"].agg(["mean", "min", "max"]).sort_index()
-        line, = ax.plot(stats.index, stats["mean"], marker="o", label=f"{label} (n={g['seed'].nunique()})")
+        style = dict(linestyle="--" if "(eval)" in label else "-", marker="s" if "+ft" in label else "o")
+        line, = ax.plot(stats.index, stats["mean"], color=colours[i % len(colours)], **style,
+                        label=f"{label} (n={g['seed'].nunique()})")
         ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
     train_lens = sorted(df["train_len"].unique())
     for t in train_lens:
@@ -343,8 +346,9 @@ def figure(rows: list[dict], task: str, path: Path) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("test length (tokens); dotted: training length")
     ax.set_ylabel("validation loss (nats)")
-    ax.set_title(f"{task}: loss against length (line: mean over seeds, band: min–max)")
-    ax.legend(fontsize=7)
+    ax.set_title(f"{task}: loss against length\n(line: mean over seeds, band: min–max; dashed: scaled at evaluation; "
+                 "squares: fine-tuned longer)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
