@@ -142,6 +142,17 @@ def tiny_runs(tmp_path_factory):
     return root
 
 
+def test_a_synthetic_task_scales_its_own_knob_until_the_task_refuses(tmp_path):
+    """assoc_recall: 4–8 pairs over 16 keys; 2× is 8–16 pairs, 4× would need 32 distinct keys."""
+    run = tmp_path / "assoc"
+    assert train_here(*TINY, "task=assoc_recall", "pos=pope", "trainer.max_steps=10", "trainer.val_every=10",
+                      "trainer.progress=off", run_dir=run)["status"] == "completed"
+    df = pd.DataFrame(extrapolate.extrapolate_run(run, [1.0, 2.0, 4.0], [extrapolate.Variant()])).set_index("factor")
+    assert df.loc[1.0, "loss"] == df.loc[1.0, "val_loss_run"]
+    assert df.loc[2.0, "length"] > df.loc[1.0, "length"] and df.loc[2.0, "loss"] > 0
+    assert df.loc[4.0, "note"].startswith("task refuses 4×: task.pairs_max=32 is invalid")
+
+
 def test_evaluation_at_1x_reproduces_the_runs_validation_loss(tiny_runs):
     rows = extrapolate.extrapolate_run(tiny_runs / "rope", [1.0, 2.0, 4.0], [extrapolate.Variant(),
                                                                               extrapolate.Variant("yarn", None)])
