@@ -184,6 +184,8 @@ def test_command_writes_the_table_and_the_figure(tiny_runs, tmp_path, capsys):
     text = (out / "extrapolation.md").read_text()
     assert "## code_lm: loss against length" in text and "4× (64)" in text
     assert "+0.00e+00" in text and "no position past 32" in text
+    assert "## code_lm: loss − rope's loss at the same length, paired by seed" in text
+    assert "| rope+linear×auto (eval) | +0.000 (n=1) |" in text  # at 1× linear:auto is rope itself
     assert (out / "extrapolation_code_lm.png").stat().st_size > 0
     assert extrapolate.main([str(tmp_path / "nothing-here")]) == 2
     assert "error: path=" in capsys.readouterr().out

@@ -274,9 +274,12 @@ def _cell(values: list[float], digits: int = 3) -> str:
     return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f} (n={len(values)})"
 
 
-def tables(rows: list[dict]) -> str:
-    """The Markdown report: per task, loss and accuracy per length (mean ± SD over seeds), the 1× check, notes."""
+def tables(rows: list[dict], reference: str = "rope") -> str:
+    """The Markdown report: per task, loss and accuracy per length (mean ± SD over seeds), the loss change from 1×,
+    each scheme − ``reference`` paired by seed (95 % t intervals), the 1× check, the empty cells."""
     import pandas as pd
+
+    from ropelab.stats import paired_difference
 
     df = pd.DataFrame(rows)
     lines = ["# Length extrapolation", "",
@@ -315,6 +318,18 @@ def tables(rows: list[dict]) -> str:
                     cells.append(_cell(list((at - at1.reindex(at.index)).dropna()), 3))
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
+        if reference in set(part["label"]):
+            ref = part[part["label"] == reference]
+            lines += [f"## {task}: loss − {reference}'s loss at the same length, paired by seed (mean [95 % t interval])",
+                      "", "| scheme | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
+            for label, g in part.groupby("label", sort=True):
+                if label != reference:
+                    cells = [paired_difference(
+                        g[g["factor"] == f].groupby("seed")["loss"].first().to_dict(),
+                        ref[ref["factor"] == f].groupby("seed")["loss"].first().to_dict()).text("{:+.3f}")
+                        for f in factors]
+                    lines.append(f"| {label} | " + " | ".join(c.replace("–", "") for c in cells) + " |")
+            lines.append("")
         notes = part[part["note"].astype(bool)]
         if len(notes):
             lines += [f"## {task}: empty cells", ""]
@@ -333,7 +348,7 @@ def figure(rows: list[dict], task: str, path: Path) -> None:
     df = pd.DataFrame(rows)
     df = df[(df["task"] == task) & df["loss"].notna()]
     fig, ax = plt.subplots(figsize=(8.4, 4.6))
-    colours = plt.get_cmap("tab20").colors
+    colours = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors  # 18 distinct
     for i, (label, g) in enumerate(df.groupby("label", sort=True)):
         stats = g.groupby("length")["loss"].agg(["mean", "min", "max"]).sort_index()
         style = dict(linestyle="--" if "(eval)" in label else "-", marker="s" if "+ft" in label else "o")
@@ -354,13 +369,13 @@ def figure(rows: list[dict], task: str, path: Path) -> None:
     plt.close(fig)
 
 
-def write(rows: list[dict], out: Path) -> list[Path]:
+def write(rows: list[dict], out: Path, reference: str = "rope") -> list[Path]:
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "extrapolation.csv", out / "extrapolation.md"]
     pd.DataFrame(rows).to_csv(written[0], index=False)
-    written[1].write_text(tables(rows) + "\n")
+    written[1].write_text(tables(rows, reference) + "\n")
     for task in sorted({r["task"] for r in rows}):
         if any(r["task"] == task and r["loss"] is not None for r in rows):
             figure(rows, task, out / f"extrapolation_{task}.png")
@@ -377,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="variants for pos=rope runs: none, linear|ntk|yarn:<factor|auto> (default none)")
     parser.add_argument("--split", default="val", choices=("val", "test"), help="the fixed set (default val)")
     parser.add_argument("--examples", type=int, default=None, help="examples per length (default data.val_size)")
+    parser.add_argument("--reference", default="rope", help="the scheme the others are compared with, paired by "
+                        "seed (default rope)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--out", default=None, help="output folder (default runs/extrapolation/<first path name>)")
     args = parser.parse_args(argv)
@@ -398,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs_found:
         rows += extrapolate_run(run, sorted(set(args.factors)), variants, args.split, args.examples)
     out = Path(args.out) if args.out else Path("runs/extrapolation") / Path(args.paths[0]).name
-    for path in write(rows, out):
+    for path in write(rows, out, args.reference):
         print(f"wrote {path}")
     return 0
 
