@@ -228,10 +228,13 @@ def extrapolate_run(run: Path, factors: list[float], variants: list[Variant], sp
         models: dict[Any, Any] = {}
         for f in factors:
             row = dict(task=cfg["task"]["name"], label=label, pos=cfg["pos"]["name"], seed=cfg["seed"], run=str(run),
-                       scaling=variant.scaling or cfg["pos"].get("scaling") or "", train_len=train_len, factor=f,
+                       scaling=variant.scaling or cfg["pos"].get("scaling") or "",
+                       scaling_factor=cfg["pos"].get("scaling_factor") if cfg["pos"].get("scaling") else None,
+                       train_len=train_len, factor=f,
                        length=tasks_at[f].seq_len if f in tasks_at else None, note=notes.get(f, ""),
                        val_loss_run=None, **{m: None for m in METRICS}, examples=None)
-            if f == 1.0 and own_base and (variant.scaling is None or variant.factor_at(1.0) == 1.0):
+            same_set = examples is None or examples == cfg["data"][f"{split}_size"]
+            if f == 1.0 and own_base and same_set and (variant.scaling is None or variant.factor_at(1.0) == 1.0):
                 row["val_loss_run"] = (summary.get("final") or {}).get(f"{split}/loss")  # the same model, set
             if f in tasks_at:
                 task = tasks_at[f]
