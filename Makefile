@@ -192,7 +192,8 @@ extrapolation: $(STAMP)
 
 # The small demonstration quoted in README "Length extrapolation" (scratch, runs/extrapolation_demo/, ≈ 25 min of one
 # core): code_lm at window 64, 300 steps, 1 thread; every scheme at seed 0, rope and pope at seeds 0–2; rope (plain
-# and YaRN ×4) and pope fine-tuned 60 steps at window 256; then the evaluation at 1×, 2×, 4×, 8×.
+# and YaRN ×4) and pope fine-tuned 60 steps at window 256; then the evaluation at 1×, 2×, 4×, 8×; and Dyck-3 (400 steps,
+# rope, pope, spectral, bifocal, seed 0) at 1×, 2×, 4× its prefix length (runs/extrapolation_demo_dyck3/).
 .PHONY: extrapolation-demo
 DEMO     = runs/extrapolation_demo
 DEMO_PRE = task=code_lm task.window=64 task.ood.window=128 trainer.max_steps=300 trainer.val_every=50 trainer.threads=1
@@ -209,4 +210,8 @@ extrapolation-demo: $(STAMP)
 	  $(PY) train.py $(DEMO_FT) seed=$$s pos=pope init_from=$(DEMO)/pope_s$$s hydra.run.dir=$(DEMO)/pope_ft_s$$s $(ARGS) || exit 1; \
 	done; \
 	$(PY) train.py $(DEMO_FT) seed=0 pos=rope init_from=$(DEMO)/rope_s0 hydra.run.dir=$(DEMO)/rope_ft_s0 $(ARGS) || exit 1; \
-	$(PY) -m ropelab.extrapolate $(DEMO) $(EXTRAP_EVAL) --out $(DEMO)/extrapolation
+	$(PY) -m ropelab.extrapolate $(DEMO) $(EXTRAP_EVAL) --out $(DEMO)/extrapolation; \
+	for p in rope pope spectral bifocal; do \
+	  $(PY) train.py task=dyck3 pos=$$p seed=0 trainer.threads=1 hydra.run.dir=$(DEMO)_dyck3/$${p}_s0 $(ARGS) || exit 1; \
+	done; \
+	$(PY) -m ropelab.extrapolate $(DEMO)_dyck3 --factors 1 2 4 --out $(DEMO)_dyck3/extrapolation
