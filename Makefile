@@ -170,3 +170,48 @@ gpu-check: $(HF_STAMP)
 .PHONY: surgery
 surgery: $(HF_STAMP)
 	$(PY) -m ropelab.surgery_experiment $(ARGS)
+
+# Length extrapolation (issue 25; README "Length extrapolation"): every scheme trained on code_lm at window 128
+# (conf/experiment/extrapolation_code_lm.yaml, 24 jobs), fine-tuned at 4× (extrapolation_code_lm_ft: 21 jobs + YaRN
+# + ft, 3 jobs), then each run evaluated at 1×, 2×, 4×, 8× with rope's scalings as evaluation variants; the table,
+# the figure and the CSV go to results/extrapolation_code_lm/extrapolation/ (commit it with the records).
+# Resumable like any sweep; every step runs even if one has a failed job (exit 1 at the end).
+# E.g. make extrapolation LAUNCHER=joblib ARGS="trainer.threads=1"; on a GPU LAUNCHER=gpu_shared.
+.PHONY: extrapolation
+EXTRAP_EVAL = --factors 1 2 4 8 --scaling none linear:auto ntk:auto yarn:auto yarn:4
+extrapolation: $(STAMP)
+	@st=0; \
+	$(PY) train.py -m experiment=extrapolation_code_lm $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=extrapolation_code_lm_ft $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=extrapolation_code_lm_ft pos=rope pos.scaling=yarn pos.scaling_factor=4 \
+	  pos.original_max_len=128 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) -m ropelab.extrapolate runs/extrapolation_code_lm runs/extrapolation_code_lm_ft $(EXTRAP_EVAL) \
+	  --out results/extrapolation_code_lm/extrapolation || st=1; \
+	echo "next: git add results/extrapolation_code_lm results/extrapolation_code_lm_ft && git commit -m 'records: extrapolation'"; \
+	exit $$st
+
+# The small demonstration quoted in README "Length extrapolation" (scratch, runs/extrapolation_demo/, ≈ 25 min of one
+# core): code_lm at window 64, 300 steps, 1 thread; every scheme at seed 0, rope and pope at seeds 0–2; rope (plain
+# and YaRN ×4) and pope fine-tuned 60 steps at window 256; then the evaluation at 1×, 2×, 4×, 8×; and Dyck-3 (400 steps,
+# rope, pope, spectral, bifocal, seed 0) at 1×, 2×, 4× its prefix length (runs/extrapolation_demo_dyck3/).
+.PHONY: extrapolation-demo
+DEMO     = runs/extrapolation_demo
+DEMO_PRE = task=code_lm task.window=64 task.ood.window=128 trainer.max_steps=300 trainer.val_every=50 trainer.threads=1
+DEMO_FT  = task=code_lm task.window=256 task.ood.window=512 trainer.max_steps=60 trainer.val_every=20 optim.lr=1e-3 \
+           optim.warmup_steps=10 trainer.threads=1
+extrapolation-demo: $(STAMP)
+	@for job in rope:0 pope:0 learned_abs:0 alibi:0 nope:0 sinusoidal:0 spectral:0 bifocal:0 rope:1 pope:1 rope:2 pope:2; do \
+	  p=$${job%:*}; s=$${job#*:}; \
+	  $(PY) train.py $(DEMO_PRE) pos=$$p seed=$$s hydra.run.dir=$(DEMO)/$${p}_s$$s $(ARGS) || exit 1; \
+	done; \
+	for s in 0 1 2; do \
+	  $(PY) train.py $(DEMO_FT) seed=$$s pos=rope pos.scaling=yarn pos.scaling_factor=4 pos.original_max_len=64 \
+	    init_from=$(DEMO)/rope_s$$s hydra.run.dir=$(DEMO)/rope_yarn4_ft_s$$s $(ARGS) || exit 1; \
+	  $(PY) train.py $(DEMO_FT) seed=$$s pos=pope init_from=$(DEMO)/pope_s$$s hydra.run.dir=$(DEMO)/pope_ft_s$$s $(ARGS) || exit 1; \
+	done; \
+	$(PY) train.py $(DEMO_FT) seed=0 pos=rope init_from=$(DEMO)/rope_s0 hydra.run.dir=$(DEMO)/rope_ft_s0 $(ARGS) || exit 1; \
+	$(PY) -m ropelab.extrapolate $(DEMO) $(EXTRAP_EVAL) --out $(DEMO)/extrapolation; \
+	for p in rope pope spectral bifocal; do \
+	  $(PY) train.py task=dyck3 pos=$$p seed=0 trainer.threads=1 hydra.run.dir=$(DEMO)_dyck3/$${p}_s0 $(ARGS) || exit 1; \
+	done; \
+	$(PY) -m ropelab.extrapolate $(DEMO)_dyck3 --factors 1 2 4 --out $(DEMO)_dyck3/extrapolation

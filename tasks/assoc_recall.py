@@ -23,6 +23,7 @@ from tasks.base import BOS, IGNORE, PAD, Task, pack
 
 class AssocRecall(Task):
     group_name = "pairs"
+    length_knobs = ("pairs_min", "pairs_max")  # scaled by ropelab.extrapolate
 
     def __init__(self, n_keys: int = 64, n_values: int = 64, pairs_min: int = 4, pairs_max: int = 16,
                  n_queries: int = 4):

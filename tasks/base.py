@@ -25,6 +25,8 @@ class Task:
 
     name: ClassVar[str] = ""  # the module's name: a task is its file, tasks/<name>.py
     group_name: ClassVar[str] = "length"
+    # the options that set the task's length, scaled together by a length factor (ropelab.extrapolate); empty: none
+    length_knobs: ClassVar[tuple[str, ...]] = ()
     vocab: list[str]
     seq_len: int
 

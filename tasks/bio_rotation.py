@@ -24,6 +24,7 @@ COMPLEMENT = np.array([3, 2, 1, 0])  # A<->T, C<->G as indices into BASES
 
 class BioRotation(Task):
     group_name = "gap"
+    length_knobs = ("gap_min", "gap_max")  # scaled by ropelab.extrapolate
 
     def __init__(self, motif_len: int = 8, gap_min: int = 100, gap_max: int = 200, noise: str = "lower",
                  group_bin: int = 25):

@@ -67,6 +67,7 @@ def encode(data: bytes) -> np.ndarray:
 
 class CodeLM(Task):
     group_name = "window"
+    length_knobs = ("window",)  # scaled by ropelab.extrapolate
 
     def __init__(self, window: int = 128, val_percent: int = 5, test_percent: int = 5, root: str | None = None):
         require_int(window, "task.window", 1)

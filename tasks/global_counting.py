@@ -27,6 +27,7 @@ from tasks.base import BOS, PAD, Task, pack
 
 class GlobalCounting(Task):
     group_name = "length"
+    length_knobs = ("len_min", "len_max")  # scaled by ropelab.extrapolate
 
     def __init__(self, len_min: int = 16, len_max: int = 64, n_symbols: int = 4, max_count: int = 128,
                  group_bin: int = 8):

@@ -43,6 +43,7 @@ DIGITS = "0123456789"
 
 class IndirectIndexing(Task):
     group_name = "length"
+    length_knobs = ("len_min", "len_max")  # scaled by ropelab.extrapolate
 
     def __init__(self, len_min: int = 20, len_max: int = 40, shift_max: int = 15, group_bin: int = 5,
                  format: str = "paper"):

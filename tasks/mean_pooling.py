@@ -31,6 +31,7 @@ def rounded_mean(values: np.ndarray, length: np.ndarray) -> np.ndarray:
 
 class MeanPooling(Task):
     group_name = "length"
+    length_knobs = ("len_min", "len_max")  # scaled by ropelab.extrapolate
 
     def __init__(self, len_min: int = 8, len_max: int = 64, n_values: int = 10, dist: str = "mixed",
                  group_bin: int = 8):

@@ -36,6 +36,7 @@ FORMATS = ("equals", "adjacent")  # "x = 3 ," | "x 3"
 
 class VariableTracking(Task):
     group_name = "chain"
+    length_knobs = ("chain_min", "chain_max")  # scaled by ropelab.extrapolate
 
     def __init__(self, chain_min: int = 1, chain_max: int = 4, n_distractors: int = 3, n_vars: int = 52,
                  n_values: int = 10, format: str = "equals"):

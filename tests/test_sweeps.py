@@ -43,6 +43,11 @@ EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call 
                   "pos.base": {"1000", "5000", "10000", "50000", "100000"}},
     "cross_table": {"task": set(tasks.names()), "pos": set(positional.names())},  # all there are
     "bio_phase": {"task.noise": {"lower", "same"}, "pos": {"rope", "spectral"}},
+    # PoPE's Figure 2 on code: every scheme; rope + PI / NTK / YaRN are evaluation variants of the rope runs
+    "extrapolation_code_lm": {"task": {"code_lm"}, "pos": {"rope", "pope", "spectral", "bifocal", "alibi", "nope",
+                                                          "learned_abs", "sinusoidal"}},
+    "extrapolation_code_lm_ft": {"task": {"code_lm"}, "pos": {"rope", "pope", "spectral", "bifocal", "alibi", "nope",
+                                                             "sinusoidal"}},  # learned_abs: no row past its table
 }
 
 
@@ -112,8 +117,13 @@ def test_preset_jobs_pass_the_config_check(preset):
     if preset == "pope_indirect":
         jobs.add(("task=indirect_indexing", "pos=alibi", "seed=0", "pos.heads_fraction=0.5"))  # `make pope`
         jobs.add(("task=indirect_indexing", "pos=pope", "seed=0", "pos.delta_init=uniform"))  # `make pope-table`
+    # the fine-tune starts from the pretraining sweep's runs, refused until they exist (tests/test_extrapolation.py)
+    extra = ["init_from=null"] if preset == "extrapolation_code_lm_ft" else []
+    if preset == "extrapolation_code_lm_ft":  # `make extrapolation`: YaRN + ft
+        jobs.add(("task=code_lm", "pos=rope", "seed=0", "pos.scaling=yarn", "pos.scaling_factor=4",
+                  "pos.original_max_len=128"))
     for job in sorted(jobs):
-        config.check_config(config.compose([f"experiment={preset}", *job]))
+        config.check_config(config.compose([f"experiment={preset}", *job, *extra]))
 
 
 @pytest.mark.filterwarnings(r"ignore:\s*'hydra/launcher/joblib' is validated")  # conf/ shadows the plugin's, on purpose

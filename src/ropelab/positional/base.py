@@ -26,6 +26,9 @@ from torch import nn
 
 class PositionalScheme(nn.Module):
     name: str = ""  # the module's name: a scheme is its file, positional/<name>.py
+    # True when a learned parameter is a table over positions (learned_abs): a trained model has no position
+    # past its max_len, so it cannot be evaluated longer (ropelab.extrapolate says so instead of clamping)
+    length_limited: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -14,6 +14,7 @@ from ropelab.positional.base import PositionalScheme
 
 
 class LearnedAbsolute(PositionalScheme):
+    length_limited = True  # a table of max_len rows: no position past it exists
     def __init__(self, head_dim, n_heads, max_len, init_std: float = 0.02):
         super().__init__(head_dim, n_heads, max_len)
         require(isinstance(init_std, (int, float)) and init_std >= 0, "pos.init_std", init_std, "a number >= 0")

@@ -107,3 +107,62 @@ def rotate_signed(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) 
     """``rotate(x, cos, sin)`` bit for bit (negation is exact, so (−x₂)·s = x₂·(−s)), with the sign folded
     into the table: one ``roll`` instead of chunk + neg + cat per call. ``sin_signed = signed_sin(sin)``."""
     return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed
+
+
+# ---- RoPE's length scalings (rope's pos.scaling), after transformers.modeling_rope_utils ----------------------------
+SCALINGS = ("linear", "ntk", "yarn")
+
+
+def yarn_mscale(factor: float) -> float:
+    """YaRN's default attention factor √(1/t) = 0.1 ln s + 1 (1 for s <= 1), as transformers' ``get_mscale``."""
+    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+
+def yarn_correction_range(beta_fast: float, beta_slow: float, dim: int, base: float,
+                          original_max_len: int) -> tuple[float, float]:
+    """The pair indices (low, high) between which YaRN ramps from extrapolation to interpolation: the pairs that
+    turn beta_fast and beta_slow times over ``original_max_len`` tokens, floored / ceiled, clipped to [0, dim − 1]
+    (transformers' ``find_correction_range`` with ``truncate=True``)."""
+    def correction_dim(rotations):
+        return (dim * math.log(original_max_len / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    return max(math.floor(correction_dim(beta_fast)), 0), min(math.ceil(correction_dim(beta_slow)), dim - 1)
+
+
+def scaled_inverse_frequencies(inv_freq: torch.Tensor, scaling: str | None, factor: float, base: float,
+                               original_max_len: int | None = None, beta_fast: float = 32.0,
+                               beta_slow: float = 1.0, attention_factor: float | None = None
+                               ) -> tuple[torch.Tensor, float]:
+    """(inverse frequencies, attention factor) of a RoPE scaling applied to ``inv_freq`` (D/2 pairs, the geometric
+    base^(−2i/D) for ntk and yarn), computed with the float operations of transformers' rope-init functions:
+
+    linear (position interpolation, Chen et al. 2023): θ_i / s.
+    ntk (NTK-aware, bloc97): the geometric spectrum of base · s^(D/(D−2)) — transformers has it only in its dynamic
+        form, whose base at sequence length L is base · (s·L/L₀ − (s − 1))^(D/(D−2)), the static one at L = L₀(2s−1)/s.
+    yarn (Peng et al. 2023): per pair, θ_i/s and θ_i blended by a ramp in the pair index between the pairs that turn
+        beta_fast and beta_slow times over ``original_max_len`` tokens (fast pairs keep θ_i, slow ones get θ_i/s);
+        attention factor (multiplies cos and sin, so the scores by its square) ``attention_factor`` or 0.1 ln s + 1.
+
+    ``scaling=None`` or ``factor == 1`` returns ``inv_freq`` itself and 1.0, unless a yarn ``attention_factor`` is
+    given: the identity, bit for bit (YaRN's float blend θ(1 − e) + θe would not always round back to θ)."""
+    attention = 1.0
+    if scaling == "yarn" and attention_factor is not None:
+        attention = float(attention_factor)
+    if scaling is None or factor == 1:
+        return inv_freq, attention
+    dim = 2 * inv_freq.shape[0]
+    if scaling == "linear":
+        return inv_freq / factor, attention
+    if scaling == "ntk":
+        scaled_base = base * factor ** (dim / (dim - 2))
+        return 1.0 / (scaled_base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), attention
+    # yarn
+    pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    low, high = yarn_correction_range(beta_fast, beta_slow, dim, base, original_max_len)
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    keep = 1 - ramp  # 1: the pair keeps θ_i (extrapolates), 0: θ_i / s (interpolates)
+    inv_freq = interpolation * (1 - keep) + extrapolation * keep
+    return inv_freq, (yarn_mscale(factor) if attention_factor is None else float(attention_factor))
