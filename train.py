@@ -7,6 +7,6 @@ from ropelab.cli import check_overrides
 
 if __name__ == "__main__":
     check_overrides(sys.argv[1:])
-    from ropelab.train import main
+    from ropelab.train import entry
 
-    main()
+    entry()

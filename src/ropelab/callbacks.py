@@ -1,8 +1,9 @@
-"""Callbacks: snapshots of the learnable positional parameters (Ω, A, Φ, δ) over training, progress, and the
-test hook that kills a run at an exact step."""
+"""Callbacks: snapshots of the learnable positional parameters (Ω, A, Φ, δ) over training, progress, a clean
+stop on Ctrl-C, and the test hook that kills a run at an exact step."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -125,6 +126,9 @@ class Progress(L.Callback):
             self.bar.close()
             self.bar = None
 
+    def on_exception(self, trainer, pl_module, exception):  # Ctrl-C: the closing lines start on their own line
+        self.on_train_end(trainer, pl_module)
+
     def line(self, trainer) -> str:
         step, total = trainer.global_step, trainer.max_steps
         done, elapsed = step - self.start_step, time.monotonic() - self.start_time
@@ -146,23 +150,84 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-class KillAtStep(L.Callback):
-    """Test hook: SIGKILL this process at the start of training step ``step`` (when ``$ROPELAB_KILL_AT_STEP``
-    is set), after everything the steps before it wrote (checkpoints included) is on disk.
+class Interrupted(BaseException):
+    """Training stopped on Ctrl-C (SIGINT) at a step boundary, with a checkpoint of that step on disk.
 
-    It lets a test kill a run at an exact point, where polling for a checkpoint file would race the run (and
-    ``save_top_k=1`` deletes the older ones)."""
-
-    ENV = "ROPELAB_KILL_AT_STEP"
+    A BaseException like KeyboardInterrupt, so that nothing which handles failures takes it for one; not a
+    KeyboardInterrupt, which Lightning turns into exit code 1."""
 
     def __init__(self, step: int):
+        super().__init__(f"interrupted at step {step}")
         self.step = step
+
+
+class StopOnInterrupt(L.Callback):
+    """Ctrl-C stops training cleanly: the first SIGINT asks for a stop; at the end of the step under way a
+    checkpoint of that step is saved as ``checkpoints/last.ckpt`` (where Lightning resumes exactly: a checkpoint
+    saved on_train_batch_end), and at the start of the next step, once that step's metrics are logged, the
+    metrics are flushed and ``Interrupted`` ends the fit. A second SIGINT stops at once (KeyboardInterrupt; the
+    last checkpoint is then the last validation's)."""
+
+    def __init__(self, checkpoint_dir: str | Path):
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.requested, self.saved_step = False, None
+
+    @contextlib.contextmanager
+    def armed(self):
+        """SIGINT handled as above while training runs in this block (only the main thread can catch signals)."""
+        def ask_to_stop(signum, frame):
+            if self.requested:
+                raise KeyboardInterrupt
+            self.requested = True
+
+        try:
+            previous = signal.signal(signal.SIGINT, ask_to_stop)
+        except ValueError:  # not the main thread: Ctrl-C keeps its default meaning
+            yield
+            return
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.requested and self.saved_step is None:
+            step = trainer.global_step
+            path = self.checkpoint_dir / f"step{step:06d}.ckpt"  # a validation at this step saves over it
+            trainer.save_checkpoint(path)
+            link = self.checkpoint_dir / f".last.{os.getpid()}"
+            link.unlink(missing_ok=True)
+            link.symlink_to(path.name)
+            os.replace(link, self.checkpoint_dir / "last.ckpt")  # one rename: a kill leaves the old link or the new
+            self.saved_step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.saved_step is not None:
+            for logger in trainer.loggers:
+                logger.save()
+            raise Interrupted(self.saved_step)
+
+
+class KillAtStep(L.Callback):
+    """Test hook: send this process SIGKILL (or ``$ROPELAB_KILL_SIGNAL``, e.g. INT for a Ctrl-C) at the start of
+    training step ``step`` (when ``$ROPELAB_KILL_AT_STEP`` is set), after everything the steps before it wrote
+    (checkpoints included) is on disk.
+
+    It lets a test stop a run at an exact point, where polling for a checkpoint file or a progress line would race
+    the run (and ``save_top_k=1`` deletes the older ones)."""
+
+    ENV, SIGNAL_ENV = "ROPELAB_KILL_AT_STEP", "ROPELAB_KILL_SIGNAL"
+
+    def __init__(self, step: int, signum: int = signal.SIGKILL):
+        self.step, self.signum, self.sent = step, signum, False
 
     @classmethod
     def from_env(cls) -> "KillAtStep | None":
         value = os.environ.get(cls.ENV)
-        return cls(int(value)) if value else None
+        name = os.environ.get(cls.SIGNAL_ENV, "KILL")
+        return cls(int(value), signal.Signals[f"SIG{name}"]) if value else None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step >= self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if trainer.global_step >= self.step and not self.sent:
+            self.sent = True  # once: a resumed run past the step trains on
+            os.kill(os.getpid(), self.signum)

@@ -100,6 +100,7 @@ class RootSchema:
     name: str = spec(str)
     resume: str = spec(str, optional=True)
     record: str = spec(str, optional=True)
+    record_also: list = spec(list)
     rerun: bool = spec(bool)
     retry_failed: bool = spec(bool)
     init_from: str = spec(str, optional=True)

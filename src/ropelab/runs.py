@@ -144,14 +144,21 @@ def remove_if_unstarted(run_dir: Path) -> bool:
     return not run_dir.exists()
 
 
+def shorter(path: Path) -> Path:
+    """``path`` relative to the working directory where it lies under it, else as given."""
+    try:
+        return Path(path).absolute().relative_to(Path.cwd())
+    except ValueError:
+        return Path(path)
+
+
+def python_command() -> str:
+    """The interpreter the user ran, as they can type it here (``.venv/bin/python``), else ``python``."""
+    python = shorter(Path(sys.executable))
+    return str(python) if not python.is_absolute() else "python"
+
+
 def report_command(path: Path | str) -> str:
     """The command that turns a run or sweep folder into a report, with the interpreter the user ran; paths
     relative to the working directory where they lie under it."""
-    def short(p: Path) -> Path | None:
-        try:
-            return p.relative_to(Path.cwd())
-        except ValueError:
-            return None
-
-    python = short(Path(sys.executable)) or "python"
-    return f"{python} -m ropelab.report {short(Path(path).absolute()) or path}"
+    return f"{python_command()} -m ropelab.report {shorter(Path(path))}"

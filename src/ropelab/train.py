@@ -109,16 +109,64 @@ def _checkpoint_step(ckpt: Path) -> int:
                           f"checkpoints/ to train it again from step 0") from None
 
 
+def _last_checkpoint_step(run_dir: Path) -> int | None:
+    """The step a resume of ``run_dir`` would start from, or None without a readable checkpoint."""
+    try:
+        return _checkpoint_step(run_dir / "checkpoints" / "last.ckpt")
+    except (ConfigError, FileNotFoundError):
+        return None
+
+
 def record_dir_of(cfg: DictConfig, run_dir: Path) -> Path | None:
     """Where a finished job's record lasts: ``<record>/<job folder name>``, or None when ``record`` is unset."""
     return Path(cfg.record) / Path(run_dir).name if cfg.get("record") else None
 
 
-def run(cfg: DictConfig, run_dir: Path, sweep: bool = False) -> dict[str, Any]:
-    """Train one configuration in ``run_dir``; returns the summary (also written to summary.json)."""
+def trial_overrides(cfg: DictConfig, hc: DictConfig) -> list[str]:
+    """The overrides that make this job none of its preset's own: each one but how-it-runs keys (those left out of
+    job folder names), the preset's sweep axes at one of the values it lists, and its ``record_also`` keys."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ropelab.cli import axis_values
+
+    how_it_runs = set(hc.job.config.override_dirname.exclude_keys)
+    axes = {k: {str(v) for v in axis_values(k, values)}
+            for k, values in (OmegaConf.select(hc, "sweeper.params") or {}).items()}
+    outside = []
+    for override in OverridesParser.create().parse_overrides(list(hc.overrides.task)):
+        key = override.key_or_group
+        if key in how_it_runs or key in (cfg.get("record_also") or ()):
+            continue
+        if key in axes and not override.is_sweep_override() and str(override.value()) in axes[key]:
+            continue
+        outside.append(override.input_line)
+    return outside
+
+
+def record_plan(cfg: DictConfig, hc: DictConfig, run_dir: Path, sweep: bool) -> tuple[Path | None, str]:
+    """(where this job's record goes, or None; why it is a trial, if it is). Only a preset's own jobs, launched
+    with -m, land in its ``record`` folder (committed tables hold nothing else); a ``record=`` given on the
+    command line is the user's choice and records every job."""
+    if not cfg.get("record"):
+        return None, ""
+    preset = hc.runtime.choices.get("experiment") or "this config"
+    if "record" in {o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.task}:
+        return record_dir_of(cfg, run_dir), ""
+    if not sweep:
+        return None, f"a single run of experiment={preset} is a trial, not recorded in {cfg.record} (-m records its jobs)"
+    if outside := trial_overrides(cfg, hc):
+        return None, (f"{' '.join(outside)} is outside experiment={preset}'s jobs: a trial, not recorded in "
+                      f"{cfg.record}")
+    return record_dir_of(cfg, run_dir), ""
+
+
+def run(cfg: DictConfig, run_dir: Path, sweep: bool = False, record_dir: Path | None | str = "config") -> dict[str, Any]:
+    """Train one configuration in ``run_dir``; returns the summary (also written to summary.json). The finished
+    run's record goes to ``record_dir`` (None: nowhere; by default where ``cfg.record`` says)."""
     run_dir = Path(run_dir)
     built = build(cfg)  # checks the config first: a refused run leaves nothing behind
-    record_dir = record_dir_of(cfg, run_dir)
+    if record_dir == "config":
+        record_dir = record_dir_of(cfg, run_dir)
     if (kept := runs.recorded(record_dir)) and not cfg.rerun:
         log.info("skipping %s: recorded in %s", run_dir.name, record_dir)
         return {**kept, "record": str(record_dir), "skipped": f"recorded in {record_dir.parent}"}
@@ -132,7 +180,7 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from ropelab.callbacks import FlushLoggers, KillAtStep, PositionalTrace, Progress
+    from ropelab.callbacks import FlushLoggers, Interrupted, KillAtStep, PositionalTrace, Progress, StopOnInterrupt
     from ropelab.lit import Diverged
     from ropelab.loggers import truncate_metrics
 
@@ -158,7 +206,8 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
                                  save_top_k=1, save_last="link")
     progress = Progress(Progress.choose(cfg.trainer.progress, parallel=_parallel_jobs() > 1),
                         label=run_dir.name if sweep else "")
-    callbacks = [FlushLoggers(), PositionalTrace(run_dir), progress, checkpoint]
+    stop_on_interrupt = StopOnInterrupt(run_dir / "checkpoints")
+    callbacks = [FlushLoggers(), PositionalTrace(run_dir), progress, checkpoint, stop_on_interrupt]
     if kill := KillAtStep.from_env():
         callbacks.append(kill)
     log.info("device %s, precision %s (%s), compile %s (%s)", accelerator, precision, why, compiled, compile_why)
@@ -179,13 +228,14 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
         "positional_params": sum(p.numel() for p in model.pos.parameters()), "resumed_from_step": resumed_from,
         "init_from": cfg.init_from, "surgery": cfg.surgery,
         "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "accelerator": accelerator, "precision": precision, "compile": compiled,
+        "accelerator": accelerator, "precision": precision, "compile": compiled, "threads": torch.get_num_threads(),
         "machine": machine.describe(accelerator),
     }
     runs.write_summary(run_dir, summary)
     start = time.time()
     try:
-        trainer.fit(lit, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
+        with stop_on_interrupt.armed():
+            trainer.fit(lit, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
         final = {k: float(v) for k, v in trainer.callback_metrics.items()}  # validate and test reset them
         if trainer.global_step % cfg.trainer.val_every:  # make the final metrics those of the final weights
             trainer.validate(lit, datamodule=datamodule, verbose=False)
@@ -198,10 +248,9 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
             **{split: {str(g): counts for g, counts in groups.items()} for split, groups in lit.group_results.items()}})
     except Diverged as err:
         summary.update(status="diverged", diverged_step=err.step, last_finite_loss=err.last_finite_loss, error=str(err))
-    except (KeyboardInterrupt, SystemExit):
-        summary.update(status="interrupted", steps=trainer.global_step, wall_seconds=time.time() - start)
-        runs.write_summary(run_dir, summary)
-        raise
+    except (Interrupted, KeyboardInterrupt, SystemExit) as err:  # Lightning turns a KeyboardInterrupt into exit(1)
+        summary.update(status="interrupted", checkpoint_step=err.step if isinstance(err, Interrupted) else
+                       _last_checkpoint_step(run_dir), final={k: float(v) for k, v in trainer.callback_metrics.items()})
     except Exception as err:  # recorded, so a sweep can go on and the report can show it
         summary.update(status="failed", error=f"{type(err).__name__}: {err}")
         log.exception("run failed")
@@ -221,19 +270,56 @@ FINAL_METRICS = ("train/loss", "val/loss", "val/acc", "val/exact", "test/loss", 
                  "ood/loss", "ood/acc", "ood/exact")
 
 
-def result_lines(summary: dict, report_target: Path | None = None) -> list[str]:
-    """The end of a run: its folder, status, every split's metrics in one fixed order, and what to run next."""
+INTERRUPTED_EXIT = 130  # the shell's code for a process ended by Ctrl-C (128 + SIGINT)
+
+
+def result_lines(summary: dict, report_target: Path | None = None, resume: str | None = None) -> list[str]:
+    """The end of a run: its folder, status, every split's metrics in one fixed order, and what to run next (the
+    report, or for an interrupted run the command that resumes it)."""
     final = summary.get("final") or {}
     metrics = " ".join(f"{k}={final[k]:.4f}" if k in final else f"{k}=n/a" for k in FINAL_METRICS)
     status = summary["status"] + (f" (skipped: {summary['skipped']})" if summary.get("skipped") else "")
+    steps = f" · steps {summary.get('steps', '?')}"
+    if summary["status"] == "interrupted":
+        saved = summary.get("checkpoint_step")
+        steps = f" at step {summary.get('steps', '?')} · " + (
+            f"checkpoint at step {saved}" if saved is not None else "no checkpoint: a resume starts at step 0")
     lines = [f"run: {summary.get('record') or summary.get('run_dir')}",
-             f"status: {status} · steps {summary.get('steps', '?')} · {summary.get('wall_seconds', '?')} s",
+             f"status: {status}{steps} · {summary.get('wall_seconds', '?')} s",
              f"metrics: {metrics}"]
+    if summary.get("trial"):
+        lines.append(f"trial: {summary['trial']}")
     if summary.get("error"):
         lines.append(f"error: {summary['error']}")
-    if report_target is not None:
+    if resume is not None:
+        lines.append(f"resume: {resume}")
+    elif report_target is not None:
         lines.append(f"next: {runs.report_command(report_target)}")
     return lines
+
+
+def resume_command(run_dir: Path | str | None = None) -> str:
+    """The command line this process was started with, as the user can type it again: with ``resume=<run_dir>``
+    for a single run, unchanged for a sweep (a sweep skips its finished jobs and resumes the others)."""
+    import shlex
+
+    args = [a for a in sys.argv[1:] if not a.startswith("resume=")]
+    if run_dir is not None:
+        args.append(f"resume={runs.shorter(Path(run_dir))}")
+    return shlex.join([runs.python_command(), str(runs.shorter(Path(sys.argv[0]))), *args])
+
+
+def _interrupted_before(cfg: DictConfig) -> str | None:
+    """An interrupted single run with this very config, so that starting afresh is not the only thing said."""
+    wanted = OmegaConf.to_yaml(cfg, resolve=True)
+    for summary_path in sorted((runs.RUNS_ROOT / "single").glob(f"*/{runs.SUMMARY}"), reverse=True):
+        folder = summary_path.parent
+        summary = runs.read_summary(folder) or {}
+        if summary.get("status") == "interrupted" and (folder / "config.yaml").is_file() \
+                and (folder / "config.yaml").read_text() == wanted:
+            return (f"{runs.shorter(folder)} was interrupted at step {summary.get('steps', '?')} with this config; "
+                    f"this run starts afresh. To continue that one instead: {resume_command(folder)}")
+    return None
 
 
 def _check_single_run_of_preset(cfg: DictConfig, hc: DictConfig) -> None:
@@ -274,14 +360,19 @@ def main(cfg: DictConfig) -> float | None:
     run_dir = Path(hc.runtime.output_dir)
     job = run_dir.name if sweep else str(run_dir)
 
-    def outcome(kind: str, detail: str = "") -> None:
+    def outcome(kind: str, detail: str = "", where: Path | None = None, trial: str = "") -> None:
         if sweep:
-            sweep_summary.note(hc.job.num, job, kind, detail)
+            sweep_summary.note(hc.job.num, job, kind, detail, where, trial)
 
     try:
         if not sweep:
             _check_single_run_of_preset(cfg, hc)
-        summary = run(cfg, run_dir, sweep=sweep)
+        record_dir, trial = record_plan(cfg, hc, run_dir, sweep)
+        if not sweep and not cfg.get("resume") and (earlier := _interrupted_before(cfg)):
+            log.info("note: %s", earlier)
+        summary = run(cfg, run_dir, sweep=sweep, record_dir=record_dir)
+        if trial and not summary.get("skipped"):
+            summary["trial"] = trial
     except ConfigError as err:  # refused before training: no folder left behind
         runs.remove_if_unstarted(run_dir)
         print(f"error: {f'[{job}] ' if sweep else ''}{err}", file=sys.stderr)
@@ -304,13 +395,34 @@ def main(cfg: DictConfig) -> float | None:
         return outcome("failed", _one_line(err))
     if summary.get("skipped"):
         runs.remove_if_unstarted(run_dir)  # a recorded job: Hydra's folder is all there is
+    interrupted = summary["status"] == "interrupted" and not summary.get("skipped")
     if not (sweep and summary.get("skipped")):  # a sweep's skipped jobs: one line each (logged) and the summary
-        for line in result_lines(summary, None if sweep else Path(summary.get("record") or run_dir)):
+        for line in result_lines(summary, None if sweep else Path(summary.get("record") or run_dir),
+                                 resume_command(run_dir) if interrupted and not sweep else None):
             log.info(line)
+    where = Path(summary["record"]).parent if summary.get("record") else run_dir.parent
     if summary.get("skipped"):
-        outcome("skipped", summary["skipped"])
+        outcome("skipped", summary["skipped"], where)
     else:
-        outcome(summary["status"], summary.get("error", ""))
+        detail = summary.get("error") or (
+            f"at step {summary.get('steps')}, checkpoint at step {summary.get('checkpoint_step')}" if interrupted else "")
+        outcome(summary["status"], detail, where, trial=summary.get("trial", ""))
         if summary["status"] == "failed" and not sweep:
             sys.exit(1)
+    if interrupted:
+        if not sweep:
+            sys.exit(INTERRUPTED_EXIT)
+        if sweep_summary.launched_here():
+            raise KeyboardInterrupt  # ends this launch's remaining jobs; entry() prints the sweep's summary
     return summary.get("final", {}).get("val/loss")
+
+
+def entry() -> None:
+    """``python train.py``: Hydra's main, and Ctrl-C outside a run's training (or ending a sweep) as one summary
+    and the exit code 130 instead of a traceback."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        lines = sweep_summary.interrupted_lines(resume_command())
+        print("\n".join(lines or ["interrupted before training started: nothing to resume"]), flush=True)
+        sys.exit(INTERRUPTED_EXIT)
