@@ -160,9 +160,11 @@ def record_plan(cfg: DictConfig, hc: DictConfig, run_dir: Path, sweep: bool) -> 
     return record_dir_of(cfg, run_dir), ""
 
 
-def run(cfg: DictConfig, run_dir: Path, sweep: bool = False, record_dir: Path | None | str = "config") -> dict[str, Any]:
+def run(cfg: DictConfig, run_dir: Path, sweep: bool = False, record_dir: Path | None | str = "config",
+        trial: str = "") -> dict[str, Any]:
     """Train one configuration in ``run_dir``; returns the summary (also written to summary.json). The finished
-    run's record goes to ``record_dir`` (None: nowhere; by default where ``cfg.record`` says)."""
+    run's record goes to ``record_dir`` (None: nowhere; by default where ``cfg.record`` says); ``trial`` says
+    why a run of a preset is not recorded (``record_plan``)."""
     run_dir = Path(run_dir)
     built = build(cfg)  # checks the config first: a refused run leaves nothing behind
     if record_dir == "config":
@@ -172,11 +174,11 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False, record_dir: Path | 
         return {**kept, "record": str(record_dir), "skipped": f"recorded in {record_dir.parent}"}
     accelerator, precision, why = machine.choose(cfg.trainer.accelerator, cfg.trainer.precision)
     with runs.claim(run_dir):  # raises runs.InUse while another process trains in this folder
-        return _train(cfg, built, run_dir, sweep, record_dir, accelerator, precision, why)
+        return _train(cfg, built, run_dir, sweep, record_dir, accelerator, precision, why, trial)
 
 
 def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir: Path | None, accelerator: str,
-           precision: str, why: str) -> dict[str, Any]:
+           precision: str, why: str, trial: str) -> dict[str, Any]:
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -229,7 +231,7 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
         "init_from": cfg.init_from, "surgery": cfg.surgery,
         "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "accelerator": accelerator, "precision": precision, "compile": compiled, "threads": torch.get_num_threads(),
-        "machine": machine.describe(accelerator),
+        "machine": machine.describe(accelerator), **({"trial": trial} if trial else {}),
     }
     runs.write_summary(run_dir, summary)
     start = time.time()
@@ -370,9 +372,7 @@ def main(cfg: DictConfig) -> float | None:
         record_dir, trial = record_plan(cfg, hc, run_dir, sweep)
         if not sweep and not cfg.get("resume") and (earlier := _interrupted_before(cfg)):
             log.info("note: %s", earlier)
-        summary = run(cfg, run_dir, sweep=sweep, record_dir=record_dir)
-        if trial and not summary.get("skipped"):
-            summary["trial"] = trial
+        summary = run(cfg, run_dir, sweep=sweep, record_dir=record_dir, trial=trial)
     except ConfigError as err:  # refused before training: no folder left behind
         runs.remove_if_unstarted(run_dir)
         print(f"error: {f'[{job}] ' if sweep else ''}{err}", file=sys.stderr)
