@@ -45,6 +45,31 @@ def train_here(*overrides: str, run_dir: Path) -> dict:
         return run(compose(list(overrides)), Path(run_dir))
 
 
+def _checkout_state() -> set[str]:
+    """What tests must leave as they found it: git's view of the checkout (new, changed, deleted files) and the
+    files under runs/, which git ignores."""
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.splitlines()
+    scratch = {f"runs/{p.relative_to(ROOT / 'runs')}" for p in (ROOT / "runs").rglob("*")} if (ROOT / "runs").is_dir() else set()
+    return set(status) | scratch
+
+
+def pytest_sessionstart(session):
+    session.config.checkout_before = _checkout_state()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No test writes into the checkout: a run, a report or a record made there fails the session, by name."""
+    before = getattr(session.config, "checkout_before", None)
+    if before is None or getattr(session.config, "workerinput", None) is not None:
+        return
+    written = sorted(_checkout_state() - before)
+    if written:
+        print(f"\nerror: the tests wrote into the checkout {ROOT}: {', '.join(written[:10])}"
+              f"{' …' if len(written) > 10 else ''}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 # a tiny, fast configuration for end-to-end runs
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.mlp_hidden=64", "data.batch_size=4",
         "data.val_size=8", "data.test_size=8", "data.ood_size=8", "data.eval_batch_size=8", "trainer.threads=1"]

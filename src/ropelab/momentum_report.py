@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -557,11 +556,10 @@ def default_ckpt_roots(sweep_dir: Path) -> list[Path]:
 
 
 def write(sweep_dir: Path, out: Path | None = None, **kwargs) -> Path:
-    started = time.time()
     kwargs.setdefault("ckpt_roots", default_ckpt_roots(sweep_dir))
     sweep, out, md = open_report(sweep_dir, out, Landmarks(), "Momentum report", "python -m ropelab.momentum_report")
     md += section(sweep, out, **kwargs) or ["No γ axis with completed runs in this sweep."]
-    md += ["", f"_Built in {time.time() - started:.1f} s._", ""]
+    md += [""]
     atomic_write_text(out / "momentum.md", "\n".join(md))
     return out / "momentum.md"
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -172,8 +171,8 @@ def write(sources: list[Path], out: Path, rule: Landmarks = Landmarks(), dpi: in
     out.mkdir(parents=True, exist_ok=True)
     runs = load(sources, rule)
     md = ["# bio_rotation phase diagram", "",
-          f"From the records in {', '.join(f'`{s}`' for s in sources)} · {len(runs)} completed runs · generated "
-          f"{time.strftime('%Y-%m-%d %H:%M')} by `python -m ropelab.phase`", ""]
+          f"From the records in {', '.join(f'`{s}`' for s in sources)} · {len(runs)} completed runs · by "
+          "`python -m ropelab.phase`", ""]
     if runs.empty:
         atomic_write_text(out / "phase.md", "\n".join(md + ["No completed bio_rotation records."]) + "\n")
         return out

@@ -16,11 +16,12 @@ from ropelab.stats import Landmarks
 
 def compare_runs(run_dirs: list[Path], out: Path | None) -> Path:
     """A folder of links to single runs, so that they report as one sweep: one table, overlaid curves."""
+    for run_dir in run_dirs:  # all checked before anything is made: a refused command leaves no folder
+        if not (Path(run_dir) / "summary.json").is_file():
+            raise SystemExit(f"error: {run_dir} is not a run folder (no summary.json)")
     folder = Path(out) if out else RUNS_ROOT / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
     folder.mkdir(parents=True, exist_ok=True)
     for run_dir in run_dirs:
-        if not (Path(run_dir) / "summary.json").is_file():
-            raise SystemExit(f"error: {run_dir} is not a run folder (no summary.json)")
         link = folder / Path(run_dir).resolve().name
         if not link.exists():
             link.symlink_to(Path(run_dir).resolve(), target_is_directory=True)
