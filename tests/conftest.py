@@ -78,3 +78,31 @@ TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.mlp_hi
 @pytest.fixture
 def tiny():
     return list(TINY)
+
+
+def wandb_records(path: Path) -> list:
+    """Records of a .wandb file (LevelDB log format: 32 KiB blocks, 7-byte chunk headers after a 7-byte magic)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block, pos, buf, out = path.read_bytes(), 32768, 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            out.append(chunk)
+        elif kind == 2:
+            buf = chunk
+        elif kind == 3:
+            buf += chunk
+        elif kind == 4:
+            out.append(buf + chunk)
+    records = []
+    for raw in out:
+        record = pb.Record()
+        record.ParseFromString(raw)
+        records.append(record)
+    return records

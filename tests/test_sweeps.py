@@ -16,7 +16,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 import tasks
-from conftest import HANG_GUARD_S, ROOT, TINY, run_train
+from conftest import HANG_GUARD_S, ROOT, TINY, run_train, wandb_records
 from ropelab import attention_maps, positional, report
 from ropelab.cli import axis_values
 from ropelab.model import LlamaConfig, build_model
@@ -228,40 +228,12 @@ def test_report_cli_writes_into_the_sweep(tiny_sweep, tmp_path):
     assert (sweep / "report" / "report.md").is_file() and (sweep / "report" / "table.csv").is_file()
 
 
-def _wandb_records(path: Path) -> list:
-    """Records of a .wandb file (LevelDB log format: 32 KiB blocks, 7-byte chunk headers after a 7-byte magic)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data, block, pos, buf, out = path.read_bytes(), 32768, 7, b"", []
-    assert data[:4] == b":W&B"
-    while pos + 7 <= len(data):
-        if block - pos % block < 7:
-            pos += block - pos % block
-            continue
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind == 1:
-            out.append(chunk)
-        elif kind == 2:
-            buf = chunk
-        elif kind == 3:
-            buf += chunk
-        elif kind == 4:
-            out.append(buf + chunk)
-    records = []
-    for raw in out:
-        record = pb.Record()
-        record.ParseFromString(raw)
-        records.append(record)
-    return records
-
-
 def test_wandb_offline_one_finished_run_per_job(tiny_sweep):
     ids = set()
     for job in sorted(p for p in tiny_sweep.iterdir() if p.is_dir()):
         offline = list((job / "wandb").glob("offline-run-*"))
         assert len(offline) == 1, offline
-        records = _wandb_records(next(offline[0].glob("run-*.wandb")))
+        records = wandb_records(next(offline[0].glob("run-*.wandb")))
         keys = {item.key or "/".join(item.nested_key) for r in records if r.HasField("history")
                 for item in r.history.item}
         assert {"train/loss", "val/loss", "val/acc", "test/acc", "ood/acc"} <= keys  # test metrics: finished last
