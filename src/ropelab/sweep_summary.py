@@ -50,7 +50,7 @@ def _named(jobs: list[str]) -> str:
     return ", ".join(jobs) if len(jobs) <= LISTED else f"{', '.join(jobs[:LISTED])}, … ({len(jobs)} in all)"
 
 
-def summary_lines(sweep_dir: Path, notes: list[dict]) -> list[str]:
+def summary_lines(sweep_dir: Path, notes: list[dict], wandb: bool = False) -> list[str]:
     by_outcome: dict[str, list[dict]] = defaultdict(list)
     for n in notes:
         by_outcome[n["outcome"]].append(n)
@@ -62,6 +62,10 @@ def summary_lines(sweep_dir: Path, notes: list[dict]) -> list[str]:
         reasons[n["detail"]].append(n["job"])
     for reason, jobs in reasons.items():
         lines.append(f"  skipped {len(jobs)}, {reason}: {_named(jobs)}")
+    recorded = sorted({n["where"] for n in by_outcome["skipped"] if n.get("where") and n["where"] != str(sweep_dir)})
+    if wandb and recorded:  # a skipped job makes no W&B run: its record can
+        lines += [f"  no W&B run for a recorded job; its record as one: {runs.python_command()} -m ropelab.wandb_export "
+                  f"{runs.shorter(Path(where))}" for where in recorded]
     for kind, found in by_outcome.items():
         if kind not in ("completed", "skipped"):
             lines += [f"  {kind} {n['job']}: {n['detail']}" for n in found]
@@ -177,6 +181,7 @@ class SweepSummary(Callback):
         if sweep_dir.is_dir() and {p.name for p in sweep_dir.iterdir()} <= {"multirun.yaml"}:
             shutil.rmtree(sweep_dir, ignore_errors=True)  # no job left anything: leave no folder
         # print, not log: with the basic launcher the root logger still writes into the last job's train.log
-        print("\n".join(summary_lines(sweep_dir, notes)), flush=True)
+        wandb = bool(OmegaConf.select(config, "logger.wandb", default=None))
+        print("\n".join(summary_lines(sweep_dir, notes, wandb)), flush=True)
         if any(n["outcome"] == "failed" for n in notes):
             raise SystemExit(1)  # BaseException: passes Hydra's callback and app wrappers, the process exits 1
