@@ -57,7 +57,7 @@ pope: $(STAMP)
 # pope-gpu: the same on a CUDA machine, POPE_JOBS jobs sharing the GPU (CUDA_VISIBLE_DEVICES picks it).
 .PHONY: pope-curves pope-table pope-gpu
 POPE_JOBS ?= 8
-# compiled steps are 1.36x faster on the CPU (README "Speed"): at 15,625 steps compiling pays; pope-gpu leaves it auto
+# compiled steps are 1.36x faster on the CPU (docs/speed.md): at 15,625 steps compiling pays; pope-gpu leaves it auto
 POPE_COMPILE ?= true
 POPE_RUN   = runs/pope_indirect/pos=$(1),seed=0,task=indirect_indexing
 pope-curves: $(STAMP)

@@ -77,7 +77,7 @@ QUICK = dict(d_model=32, n_layers=1, n_heads=2, mlp_hidden=64, seq_len=32, batch
 TABLE1 = dict(tasks=("dyck3", "bio_rotation", "mod_arith"), schemes=("rope", "spectral", "bifocal"), seeds=3,
               steps=400, val_every=50, batch_size=32, eval_batch_size=128, eval_size=256, parallel=2)
 
-# targets of issue 12 (README, "Speed"): scheme ratios to rope, and the reference config against HF
+# targets of issue 12 (docs/speed.md): scheme ratios to rope, and the reference config against HF
 SCHEME_TARGETS = {"pope": 0.85, "spectral": 0.95, "bifocal": 0.95}
 NATIVE_BF16_VS_HF_FP32 = 2.0
 AVX2_FRACTION_OF_FP32_PEAK = 0.75

@@ -98,8 +98,8 @@ def choose_compile(setting: bool | str, device: str) -> tuple[bool, str]:
 
     auto is off on both devices. Measured on the 2-core Xeon (AMX, bf16-mixed, 1 thread, default model): a
     compiled training step is 1.3x faster, but compiling costs 79 s cold (under load) before the first step and
-    again for evaluation (no grad, batch 128, the OOD length), so a 400-step run does not earn it back (README,
-    "Speed"). On CUDA it is not measured yet: ``make gpu-check`` measures the compiled step and its compile time
+    again for evaluation (no grad, batch 128, the OOD length), so a 400-step run does not earn it back
+    (docs/speed.md). On CUDA it is not measured yet: ``make gpu-check`` measures the compiled step and its compile time
     there (bench row "rope compiled") so this rule can change with numbers, not guesses."""
     if isinstance(setting, bool):
         return setting, "as configured"

@@ -1,0 +1,52 @@
+"""The README's first screen (issue 24): its tally of the papers' claims says what the claims tables below it say,
+claim by claim, in the same order, and its counts add up."""
+
+import re
+from collections import Counter
+
+from conftest import ROOT
+
+README = (ROOT / "README.md").read_text()
+PAPERS = {"Bifocal": "### The Bifocal paper's claims against ours", "PoPE": "### The PoPE paper's claims against ours",
+          "Momentum": "### The Momentum paper's claims against ours"}
+
+
+# the headline's plural phrases for the tables' verdict words
+HEADLINE_WORDS = {"say nothing (task not learned)": "says nothing",
+                  "weakly in the paper's direction": "direction as the paper's, weakly"}
+
+
+def _rows(text: str, after: str) -> list[list[str]]:
+    """The body rows of the first Markdown table after the line ``after``."""
+    lines = text[text.index(after):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return table
+
+
+def _verdict(cell: str) -> str:
+    """A claims table's verdict: its first bold phrase ("**not reproduced**: …"), or "not run" for "—"."""
+    bold = re.search(r"\*\*(.+?)\*\*", cell)
+    return bold.group(1) if bold else ("not run" if cell.strip() == "—" else cell)
+
+
+def test_the_tally_says_what_the_claims_tables_say():
+    tables = [(paper, _verdict(row[2])) for paper, heading in PAPERS.items() for row in _rows(README, heading)]
+    tally = [(re.sub(r"\[(.+?)\]\(.+?\)", r"\1", row[0]), row[2]) for row in _rows(README, "| paper | claim | verdict |")]
+    assert tally == tables
+    headline = re.search(r"\*\*The papers' (\d+) claims at our size and budget: (.+?)\*\*", README.replace("\n", " "))
+    assert int(headline.group(1)) == len(tables)
+    said = Counter()
+    for item in headline.group(2).split(" · "):
+        count, phrase = item.split(" ", 1)
+        said[HEADLINE_WORDS.get(phrase, phrase)] += int(count)
+    assert said == Counter(verdict for _, verdict in tables)
+
+
+def test_the_first_screen_has_the_two_commands_and_the_tally():
+    first_screen = "\n".join(README.splitlines()[:40])
+    assert "make run" in first_screen and "make test" in first_screen and "| paper | claim | verdict |" in first_screen
