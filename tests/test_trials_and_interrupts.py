@@ -49,6 +49,8 @@ def test_a_presets_own_jobs_are_recorded(overrides, recorded_in):
     (["experiment=bifocal_table1", "task=dyck3", "pos=alibi", "seed=0"], "pos=alibi"),  # not one of its schemes
     (["experiment=pope_indirect", "pos=rope", "seed=0", "model.d_model=64"], "model.d_model=64"),
     (["experiment=bifocal_table1", "task=dyck3", "pos=rope", "seed=0", "+task.extra=1"], "+task.extra=1"),
+    (["experiment=bifocal_table1", "task=dyck3", "pos=rope", "seed=3", "hydra.sweeper.params.seed='0,1,2,3'"],
+     "hydra.sweeper.params.seed='0,1,2,3'"),  # a grid widened on the command line is not the preset's
 ])
 def test_any_other_job_of_a_preset_is_a_trial_and_says_why(overrides, outside):
     record_dir, why = plan(*overrides)

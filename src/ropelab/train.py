@@ -140,7 +140,8 @@ def trial_overrides(cfg: DictConfig, hc: DictConfig) -> list[str]:
         if key in axes and not override.is_sweep_override() and str(override.value()) in axes[key]:
             continue
         outside.append(override.input_line)
-    return outside
+    # a grid changed on the command line is no longer the preset's: its jobs are trials whatever their values
+    return outside + [o for o in hc.overrides.hydra if o.startswith("hydra.sweeper.params")]
 
 
 def record_plan(cfg: DictConfig, hc: DictConfig, run_dir: Path, sweep: bool) -> tuple[Path | None, str]:
