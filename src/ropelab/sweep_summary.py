@@ -33,6 +33,7 @@ ENV = "ROPELAB_SWEEP_LAUNCH"
 LAUNCHES = ".launches"
 JOBS = "jobs.json"  # in the launch folder: every job's folder name in launch order, and the launching process
 LISTED = 5  # skipped jobs of one reason are named up to this many, then only counted
+INTERRUPTED_EXIT = 130  # the shell's code for a process ended by Ctrl-C (128 + SIGINT)
 
 
 def note(job_num: int, job: str, outcome: str, detail: str = "", where: Path | None = None,
@@ -185,3 +186,5 @@ class SweepSummary(Callback):
         print("\n".join(summary_lines(sweep_dir, notes, wandb)), flush=True)
         if any(n["outcome"] == "failed" for n in notes):
             raise SystemExit(1)  # BaseException: passes Hydra's callback and app wrappers, the process exits 1
+        if any(n["outcome"] == "interrupted" for n in notes):  # a worker's job got Ctrl-C, the launcher did not
+            raise SystemExit(INTERRUPTED_EXIT)

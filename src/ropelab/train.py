@@ -273,7 +273,7 @@ FINAL_METRICS = ("train/loss", "val/loss", "val/acc", "val/exact", "test/loss", 
                  "ood/loss", "ood/acc", "ood/exact")
 
 
-INTERRUPTED_EXIT = 130  # the shell's code for a process ended by Ctrl-C (128 + SIGINT)
+INTERRUPTED_EXIT = sweep_summary.INTERRUPTED_EXIT
 
 
 def result_lines(summary: dict, report_target: Path | None = None, resume: str | None = None) -> list[str]:
