@@ -38,3 +38,16 @@ def test_two_builds_of_a_report_are_byte_identical(tmp_path, monkeypatch):
     second = report.write_report(Path("results/pope_indirect"), tmp_path / "b")
     for path in first.iterdir():
         assert path.read_bytes() == (second / path.name).read_bytes(), path.name
+
+
+def test_a_committed_gamma_report_is_not_rewritten_without_its_checkpoints(tmp_path, monkeypatch):
+    """Records keep no checkpoints; results/momentum_gamma/report's attention maps came from them: the report
+    command without --out refuses (naming --out) instead of dropping them."""
+    from ropelab import momentum_report
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(momentum_report, "default_ckpt_roots", lambda sweep: [tmp_path / "no_checkpoints"])
+    before = (ROOT / "results" / "momentum_gamma" / "report" / "report.md").read_bytes()
+    with pytest.raises(SystemExit, match=r"rewriting it would drop them; write elsewhere with --out DIR"):
+        report.main(["results/momentum_gamma"])
+    assert (ROOT / "results" / "momentum_gamma" / "report" / "report.md").read_bytes() == before

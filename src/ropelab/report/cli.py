@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ropelab.report.write import write_report
-from ropelab.runs import RUNS_ROOT
+from ropelab.runs import RUNS_ROOT, shorter
 from ropelab.stats import Landmarks
 
 
@@ -26,6 +26,21 @@ def compare_runs(run_dirs: list[Path], out: Path | None) -> Path:
         if not link.exists():
             link.symlink_to(Path(run_dir).resolve(), target_is_directory=True)
     return folder
+
+
+def refuse_to_lose_attention_maps(sweep_dir: Path) -> None:
+    """A committed γ table's report holds attention maps drawn from checkpoints, which records do not keep: rewriting
+    it where they are missing would drop them, so say where to write instead (one line, exit 1)."""
+    from ropelab.momentum_report import default_ckpt_roots
+
+    if not (Path(sweep_dir) / "report" / "attention_momentum.png").is_file():
+        return
+    roots = default_ckpt_roots(sweep_dir)
+    if not any(any(root.glob("*/checkpoints/last.ckpt")) for root in roots):
+        name = Path(sweep_dir).name
+        raise SystemExit(f"error: {sweep_dir}/report holds attention maps drawn from the checkpoints under "
+                         f"{shorter(roots[0])}/, which are not here: rewriting it would drop them; write elsewhere "
+                         f"with --out DIR (e.g. --out runs/{name}/report), or run `make momentum` where they are")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     rule = Landmarks(smooth=args.smooth, plateau=tuple(args.plateau), lockin_frac=args.lockin_frac,
                      onset_drop=args.onset_drop)
     sweep_dir, out = args.sweep_dir[0], args.out
+    if out is None and len(args.sweep_dir) == 1 and not args.no_attention:
+        refuse_to_lose_attention_maps(sweep_dir)
     if len(args.sweep_dir) > 1:  # single runs side by side: their links in one folder, the report beside them
         sweep_dir = compare_runs(args.sweep_dir, args.out)
         out = sweep_dir / "report"
