@@ -51,3 +51,15 @@ def test_a_committed_gamma_report_is_not_rewritten_without_its_checkpoints(tmp_p
     with pytest.raises(SystemExit, match=r"rewriting it would drop them; write elsewhere with --out DIR"):
         report.main(["results/momentum_gamma"])
     assert (ROOT / "results" / "momentum_gamma" / "report" / "report.md").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_the_committed_momentum_freqs_report_is_what_its_readme_commands_write(tmp_path, monkeypatch):
+    """results/momentum_freqs/README.md: the report and the momentum report, both without attention maps."""
+    from ropelab import momentum_report
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "report"
+    assert report.main(["results/momentum_freqs", "--out", str(out), "--no-attention"]) == 0
+    assert momentum_report.main(["results/momentum_freqs", "--out", str(out), "--no-attention"]) == 0
+    _same_report(out, ROOT / "results" / "momentum_freqs" / "report")
