@@ -10,51 +10,61 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
-from conftest import HANG_GUARD_S, ROOT, TINY, run_train
+from conftest import HANG_GUARD_S, ROOT, run_train, torch_threads_kept
 
-FIRST_STEP = """
-import hashlib, json, os, sys, torch
-sys.path.insert(0, {root!r})
-ballast = [torch.empty(n) for n in map(int, os.environ["BALLAST"].split(","))]  # shifts every later allocation
-from ropelab import machine
-from ropelab.build import build
-from ropelab.config import compose
-from ropelab.data import TrainStream
-cfg = compose(["task=bio_rotation", "pos=spectral", "seed=0"])
-built = build(cfg)
-torch.set_num_threads(int(os.environ["THREADS"]))
-torch.use_deterministic_algorithms(True)  # as Lightning's deterministic=True
-_, precision, _ = machine.choose("cpu", "auto")
-inputs, targets = next(iter(TrainStream(built.task.for_split("train"), 0, cfg.data.batch_size)))
-with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
-    loss = built.lit.loss(built.model(inputs), targets)
-loss.backward()
-digest = hashlib.sha256(loss.detach().numpy().tobytes())
-for p in built.model.parameters():
-    digest.update(p.grad.numpy().tobytes())
-print(json.dumps({{"loss": float(loss), "digest": digest.hexdigest(), "precision": precision}}))
-"""
+def first_step_fingerprint(threads: int) -> dict:
+    """The default run's first training step (bio_rotation, spectral, seed 0, precision auto) as Lightning takes
+    it: its loss and a digest of the loss and every gradient."""
+    from ropelab import machine
+    from ropelab.build import build
+    from ropelab.config import compose
+    from ropelab.data import TrainStream
+
+    cfg = compose(["task=bio_rotation", "pos=spectral", "seed=0"])
+    built = build(cfg)
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)  # as Lightning's deterministic=True
+    _, precision, _ = machine.choose("cpu", "auto")
+    inputs, targets = next(iter(TrainStream(built.task.for_split("train"), 0, cfg.data.batch_size)))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+        loss = built.lit.loss(built.model(inputs), targets)
+    loss.backward()
+    digest = hashlib.sha256(loss.detach().numpy().tobytes())
+    for p in built.model.parameters():
+        digest.update(p.grad.numpy().tobytes())
+    return {"loss": float(loss.detach()), "digest": digest.hexdigest(), "precision": precision}
 
 
-def first_step(threads: int, ballast: str) -> dict:
-    result = subprocess.run([sys.executable, "-c", FIRST_STEP.format(root=str(ROOT))], capture_output=True, text=True,
-                            timeout=HANG_GUARD_S, env={**__import__("os").environ, "THREADS": str(threads),
-                                                       "BALLAST": ballast})
+def first_step(threads: int, ballast: list[int]) -> dict:
+    """``first_step_fingerprint`` in a fresh process whose heap first holds tensors of ``ballast`` sizes, which
+    shifts where every later tensor lands."""
+    code = (f"import json, sys, torch; sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT)!r}]; "
+            f"ballast = [torch.empty(n) for n in {ballast!r}]; "
+            f"from test_determinism import first_step_fingerprint; print(json.dumps(first_step_fingerprint({threads})))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_the_first_step_is_bit_identical_in_every_process_whatever_the_heap():
-    runs = [first_step(2, "0"), first_step(2, "1237,3,77777")]
-    assert runs[0]["digest"] == runs[1]["digest"], runs
+    """This process (its heap as the tests before left it) against a fresh one with its heap shifted."""
+    with torch_threads_kept():
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        try:
+            here = first_step_fingerprint(2)
+        finally:
+            torch.use_deterministic_algorithms(deterministic)
+    there = first_step(2, [1237, 3, 77777])
+    assert here["digest"] == there["digest"], (here, there)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_first_step_is_bit_identical_over_many_processes(threads):
     """The issue's failure was one run in ten: ten processes at each thread count."""
-    runs = [first_step(threads, f"{17 * i},{i * i}") for i in range(10)]
+    runs = [first_step(threads, [17 * i, i * i]) for i in range(10)]
     assert len({r["digest"] for r in runs}) == 1, [r["loss"] for r in runs]
 
 

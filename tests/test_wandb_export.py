@@ -53,10 +53,13 @@ def test_two_records_and_the_report_become_three_offline_runs(tmp_path):
 
 
 def test_a_folder_without_records_is_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "ropelab.wandb_export", str(tmp_path)], capture_output=True,
-                            text=True, timeout=HANG_GUARD_S)
-    assert result.returncode == 1 and result.stderr.strip().endswith("name a results/<table> folder")
-    assert len(result.stderr.strip().splitlines()) == 1
+    from ropelab import wandb_export
+
+    with pytest.raises(SystemExit) as refused:
+        wandb_export.main([str(tmp_path)])
+    assert str(refused.value) == (f"error: {tmp_path} holds no records (folders with summary.json): name a "
+                                  "results/<table> folder")
+    assert not (tmp_path / "wandb").exists()
 
 
 @pytest.mark.slow
