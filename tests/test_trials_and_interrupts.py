@@ -34,6 +34,8 @@ def plan(*overrides, sweep=True):
     (["experiment=pope_indirect", "pos=pope", "pos.delta_init=uniform", "seed=2"], "results/pope_indirect"),
     (["experiment=momentum_gamma", "task=assoc_recall", "pos.momentum.gamma=0.3", "seed=0"],
      "results/momentum_gamma"),
+    (["experiment=calibrate_assoc_recall", "trainer.max_steps=500", "task.n_keys=16", "pos.momentum.gamma=0.3",
+      "seed=1"], "results/calibration/assoc_recall"),  # a budget grid: the budget is an axis there
     # a record= the user gives records whatever the job
     (["experiment=bifocal_table1", "task=dyck3", "pos=rope", "seed=0", "trainer.max_steps=2", "record=elsewhere"],
      "elsewhere"),
