@@ -7,19 +7,19 @@ from collections import Counter
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
-PAPERS = {"Bifocal": "### The Bifocal paper's claims against ours", "PoPE": "### The PoPE paper's claims against ours",
-          "Momentum": "### The Momentum paper's claims against ours"}
-
+CLAIMS = {  # the tally's paper → the section whose claims table (the first headed "| claim (paper)") it tallies
+    "Bifocal": "### The Bifocal paper's claims against ours", "PoPE": "### The PoPE paper's claims against ours",
+    "Momentum": "### The Momentum paper's claims against ours", "length": "### Length extrapolation (issue 25)"}
 
 # the headline's plural phrases for the tables' verdict words
 HEADLINE_WORDS = {"say nothing (task not learned)": "says nothing",
                   "weakly in the paper's direction": "direction as the paper's, weakly"}
 
 
-def _rows(text: str, after: str) -> list[list[str]]:
-    """The body rows of the first Markdown table after the line ``after``."""
+def _rows(text: str, after: str, header: str = "|") -> list[list[str]]:
+    """The body rows of the first Markdown table after the line ``after`` whose header starts with ``header``."""
     lines = text[text.index(after):].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
     table = []
     for line in lines[start + 2:]:
         if not line.startswith("|"):
@@ -35,9 +35,11 @@ def _verdict(cell: str) -> str:
 
 
 def test_the_tally_says_what_the_claims_tables_say():
-    tables = [(paper, _verdict(row[2])) for paper, heading in PAPERS.items() for row in _rows(README, heading)]
+    tables = [(paper, _verdict(row[2])) for paper, heading in CLAIMS.items()
+              for row in _rows(README, heading, "| claim (paper)")]
     tally = [(re.sub(r"\[(.+?)\]\(.+?\)", r"\1", row[0]), row[2]) for row in _rows(README, "| paper | claim | verdict |")]
-    assert tally == tables
+    assert [verdict for _, verdict in tally] == [verdict for _, verdict in tables]
+    assert all(paper in said for (said, _), (paper, _) in zip(tally, tables))  # "PoPE, length" for the length table
     headline = re.search(r"\*\*The papers' (\d+) claims at our size and budget: (.+?)\*\*", README.replace("\n", " "))
     assert int(headline.group(1)) == len(tables)
     said = Counter()
