@@ -41,6 +41,7 @@ import tasks
 from ropelab import guess
 from ropelab.errors import ConfigError
 from ropelab.report.figures import pyplot
+from ropelab.report.records import read_yaml
 from ropelab.report.status import budget_lines, machines_section
 from ropelab.report.sweep import IGNORED_KEYS, IGNORED_PREFIXES, Sweep, ordered, value_label
 from ropelab.report.tables import markdown_table
@@ -134,19 +135,6 @@ def _task_floor(task_cfg: dict, cache: dict) -> float:
     return cache[key]
 
 
-def _nested(flat: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """The ``prefix.*`` part of a flattened config as a nested dict (``task.ood.len_max`` → {"ood": {"len_max"}})."""
-    out: dict[str, Any] = {}
-    for k, v in flat.items():
-        if k.startswith(prefix + "."):
-            *parents, leaf = k[len(prefix) + 1:].split(".")
-            node = out
-            for p in parents:
-                node = node.setdefault(p, {})
-            node[leaf] = v
-    return out
-
-
 def parse_baseline(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
@@ -176,7 +164,7 @@ def load(root: Path, rule: Rule, metric: str = METRIC) -> tuple[Sweep, pd.DataFr
     cache: dict = {}
     rows = []
     for run in done:
-        floor = _task_floor({"name": run.config["task.name"], **_nested(run.config, "task")}, cache)
+        floor = _task_floor(read_yaml(run.path / "config.yaml")["task"], cache)  # the record's own task section
         curve = metric_curve(run.metrics, metric)
         rows.append({"run": run.rel, "budget": int(run.config[BUDGET]), "seed": run.config.get("seed"),
                      **{k: value_label(run.config.get(k)) for k in sizes}, "acc": run.final[metric], "floor": floor,
