@@ -39,6 +39,13 @@ EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call 
                        "pos.momentum.gamma": {"0", "2"}},
     "momentum_calibrated_assoc_recall": {"task": {"assoc_recall"}, "pos": {"rope"}, "pos.momentum.gamma": {
         "0", "0.01", "0.02", "0.05", "0.1", "0.2", "0.3", "2.0"}},
+    "momentum_calibrated_global_counting": {"task": {"global_counting"}, "pos": {"rope"},
+                                            "pos.momentum.gamma": {"0", "0.1", "0.3", "1.0", "2.0"}},
+    "momentum_calibrated_global_counting_freqs": {"task": {"global_counting"}, "pos": {"rope"}, "pos.freqs": {
+        "single@1", "single@0.1", "single@0.01", "bandpass@low", "bandpass@mid", "bandpass@high"},
+        "pos.momentum.gamma": {"0", "2.0"}},
+    "momentum_calibrated_variable_tracking": {"task": {"variable_tracking"}, "pos": {"rope"},
+                                              "pos.momentum.gamma": {"0", "0.1", "0.3", "1.0", "2.0"}},
     "rope_base": {"task": {"bio_rotation", "indirect_indexing"}, "pos": {"rope", "spectral"},
                   "pos.base": {"1000", "5000", "10000", "50000", "100000"}},
     "cross_table": {"task": set(tasks.names()), "pos": set(positional.names())},  # all there are
@@ -81,13 +88,15 @@ def test_preset_composes_with_its_sweep_and_budget(preset):
 
 @pytest.mark.parametrize("preset", CALIBRATIONS)
 def test_calibration_preset_is_a_budget_grid_of_one_task_recorded_apart(preset):
-    task = preset.removeprefix("calibrate_")
+    grid = preset.removeprefix("calibrate_")  # the task's name, or it and a suffix for a further grid of it
     cfg = _compose(f"experiment={preset}")
     defaults = yaml.safe_load((CONF / "experiment" / f"{preset}.yaml").read_text())["defaults"]
-    assert {"override /task": task} in defaults and {"override /pos": "rope"} in defaults
-    assert cfg.name == f"calibration/{task}" and cfg.record == f"results/calibration/{task}"
+    task = next(d["override /task"] for d in defaults if isinstance(d, dict) and "override /task" in d)
+    assert grid == task or grid.startswith(f"{task}_")
+    assert {"override /pos": "rope"} in defaults
+    assert cfg.name == f"calibration/{grid}" and cfg.record == f"results/calibration/{grid}"
     axes = _axes(cfg.hydra.sweeper.params)
-    assert len(axes.pop("trainer.max_steps")) >= 3 and len(axes.pop("seed")) >= 2
+    assert len(axes.pop("trainer.max_steps")) >= 2 and len(axes.pop("seed")) >= 2
     assert "task" not in axes and "pos" not in axes, "one task and the baseline scheme: the other axes are sizes"
     text = (CONF / "experiment" / f"{preset}.yaml").read_text()
     assert text.startswith("# @package _global_") and "Budget" in text
