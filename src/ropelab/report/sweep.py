@@ -15,7 +15,8 @@ from ropelab.report.records import Run, find_run_dirs, load_run, smoothed_train_
 from ropelab.stats import Landmarks, lockin_step, onset_step, train_loss
 
 # config keys that never define a table column: bookkeeping, threads, loggers, evaluation batch size
-IGNORED_KEYS = {"seed", "name", "resume", "record", "rerun", "retry_failed", "trainer.threads", "trainer.progress",
+IGNORED_KEYS = {"seed", "name", "resume", "record", "record_also", "rerun", "retry_failed", "trainer.threads",
+                "trainer.progress",
                 "trainer.compile", "trainer.accelerator", "trainer.devices", "trainer.precision",
                 "data.eval_batch_size"}  # precision and machine: listed in "Machines and code" instead
 IGNORED_PREFIXES = ("logger.", "hydra.")
