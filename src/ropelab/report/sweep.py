@@ -25,6 +25,7 @@ TASK_ORDER = ["dyck3", "bio_rotation", "mod_arith", "indirect_indexing", "assoc_
 SCHEME_ORDER = ["rope", "spectral", "bifocal", "pope", "rope_half", "alibi", "learned_abs", "sinusoidal", "nope"]
 SHORT = {"pos.momentum.gamma": "γ", "pos.base": "base", "pos.freqs": "freqs"}
 GAMMA = "pos.momentum.gamma"
+RUNG_LABELS = ("task.rung",)  # indirect_indexing's size ladder (issue 22): the rung's sizes follow it
 
 
 def value_label(v: Any) -> str:
@@ -100,6 +101,11 @@ class Sweep:
             if base and present.groupby(base)[c].nunique(dropna=True).max() <= 1:
                 continue
             factors.append(c)
+        for label in RUNG_LABELS:  # a rung names its sizes: the task keys it fixes are no columns of their own
+            if label in factors:
+                by = [*base, label]
+                factors = [c for c in factors if c in by or not c.startswith("task.")
+                           or present.groupby(by)[c].nunique(dropna=True).max() > 1]
         if len(factors) == 1 and "pos.name" in table:  # nothing varies but the seed: label columns by scheme
             factors.append("pos.name")
         return factors
