@@ -211,3 +211,23 @@ def test_a_run_trains_on_a_fixed_set(tmp_path):
     assert summary["status"] == "completed" and summary["steps"] == 6
     saved = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
     assert saved["data"]["train_size"] == 10 and saved["task"]["rung"] == 1
+
+
+def test_a_ladder_reports_columns_by_scheme_and_rung(tmp_path):
+    """pope_ladder's records: the rung's sizes follow task.rung, so a column is 'rope rung=1', not its sizes."""
+    from ropelab.report.sweep import Sweep
+    from ropelab.stats import Landmarks
+
+    for pos in ("rope", "pope"):
+        for rung in (1, 2):
+            folder = tmp_path / f"pos={pos},seed=0,task.rung={rung},task=indirect_indexing"
+            folder.mkdir()
+            cfg = compose(["experiment=pope_ladder", f"pos={pos}", f"task.rung={rung}", "seed=0"])
+            (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+            (folder / "summary.json").write_text(json.dumps({"status": "completed", "steps": 10,
+                                                             "final": {"val/acc": 0.5}}))
+            pd.DataFrame({"step": [9], "train/loss": [1.0], "val/acc": [0.5]}).to_csv(folder / "metrics.csv",
+                                                                                     index=False)
+    sweep = Sweep(tmp_path, Landmarks())
+    assert sweep.col_keys == ["pos.name", "task.rung"]
+    assert sweep.columns() == ["rope rung=1", "rope rung=2", "pope rung=1", "pope rung=2"]
