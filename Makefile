@@ -57,9 +57,14 @@ pope: $(STAMP)
 # pope-gpu: the same on a CUDA machine, POPE_JOBS jobs sharing the GPU (CUDA_VISIBLE_DEVICES picks it).
 .PHONY: pope-curves pope-table pope-gpu
 POPE_JOBS ?= 8
+# pope-gpu: the paper's fixed training set (data.train_size); POPE_PREFIX: the job folders' "data.train_size=…,"
+# (Hydra sorts a job's overrides in its name), set by pope-gpu so that pope-table finds its seed-0 checkpoints
+POPE_TRAIN_SIZE ?= 1000000
+POPE_PREFIX ?=
+POPE_FREQ   = results/pope_indirect/freq_usage$(if $(POPE_PREFIX),_train_size_$(POPE_TRAIN_SIZE))
 # compiled steps are 1.36x faster on the CPU (docs/speed.md): at 15,625 steps compiling pays; pope-gpu leaves it auto
 POPE_COMPILE ?= true
-POPE_RUN   = runs/pope_indirect/pos=$(1),seed=0,task=indirect_indexing
+POPE_RUN   = runs/pope_indirect/$(POPE_PREFIX)pos=$(1),seed=0,task=indirect_indexing
 pope-curves: $(STAMP)
 	$(PY) train.py -m experiment=pope_indirect pos=rope,pope seed=0 trainer.compile=$(POPE_COMPILE) $(SWEEP_LAUNCHER) $(ARGS)
 
@@ -70,13 +75,41 @@ pope-table: $(STAMP)
 	$(PY) train.py -m experiment=pope_indirect pos=pope pos.delta_init=uniform trainer.compile=$(POPE_COMPILE) $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) -m ropelab.report results/pope_indirect --out results/pope_indirect/report || st=1; \
 	if [ -f "$(call POPE_RUN,rope)/checkpoints/last.ckpt" ] && [ -f "$(call POPE_RUN,pope)/checkpoints/last.ckpt" ]; then \
-	  $(PY) -m ropelab.freq_usage "$(call POPE_RUN,rope)" "$(call POPE_RUN,pope)" --out results/pope_indirect/freq_usage || st=1; \
+	  $(PY) -m ropelab.freq_usage "$(call POPE_RUN,rope)" "$(call POPE_RUN,pope)" --out $(POPE_FREQ) || st=1; \
 	else echo "freq_usage: no checkpoints of the seed-0 rope and pope runs under runs/pope_indirect (trained elsewhere?)"; fi; \
 	echo "next: git add results/pope_indirect && git commit -m 'records: pope_indirect' -- results/pope_indirect"; \
 	exit $$st
 
+# pope-gpu trains on the paper's fixed training set of 1M examples (data.train_size, epochs over it; issue 22) at the
+# paper's sizes (the task's defaults): its jobs are recorded beside the on-the-fly ones, named data.train_size=….
 pope-gpu: $(STAMP)
-	$(MAKE) pope-table POPE_COMPILE=auto LAUNCHER=gpu_shared ARGS="hydra.launcher.n_jobs=$(POPE_JOBS) trainer.accelerator=gpu $(ARGS)"
+	$(MAKE) pope-table POPE_COMPILE=auto LAUNCHER=gpu_shared POPE_PREFIX=data.train_size=$(POPE_TRAIN_SIZE), \
+	  ARGS="hydra.launcher.n_jobs=$(POPE_JOBS) trainer.accelerator=gpu data.train_size=$(POPE_TRAIN_SIZE) $(ARGS)"
+
+# The size ladder (issue 22; conf/experiment/pope_ladder.yaml, pope_baselines.yaml): rope vs pope × rungs × 3 seeds,
+# then Table 9's baselines and PoPE's δ init at one rung; each ends with its report (and pope-baselines with the
+# frequency-usage figure of its seed-0 rope and pope runs) in results/<preset>/. Calibrate first:
+# make calibrate TASK=indirect_indexing. E.g. make pope-ladder LAUNCHER=joblib ARGS="trainer.threads=1"
+.PHONY: pope-ladder pope-baselines
+LADDER_RUN = runs/pope_baselines/pos=$(1),seed=0,task=indirect_indexing
+pope-ladder: $(STAMP)
+	@st=0; \
+	$(PY) train.py -m experiment=pope_ladder $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) -m ropelab.report results/pope_ladder --out results/pope_ladder/report || st=1; \
+	echo "next: git add results/pope_ladder && git commit -m 'records: pope_ladder' -- results/pope_ladder"; \
+	exit $$st
+
+pope-baselines: $(STAMP)
+	@st=0; \
+	$(PY) train.py -m experiment=pope_baselines $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=pope_baselines pos=alibi pos.heads_fraction=0.5 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=pope_baselines pos=pope pos.delta_init=uniform $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) -m ropelab.report results/pope_baselines --out results/pope_baselines/report || st=1; \
+	if [ -f "$(call LADDER_RUN,rope)/checkpoints/last.ckpt" ] && [ -f "$(call LADDER_RUN,pope)/checkpoints/last.ckpt" ]; then \
+	  $(PY) -m ropelab.freq_usage "$(call LADDER_RUN,rope)" "$(call LADDER_RUN,pope)" --out results/pope_baselines/freq_usage || st=1; \
+	else echo "freq_usage: no checkpoints of the seed-0 rope and pope runs under runs/pope_baselines (trained elsewhere?)"; fi; \
+	echo "next: git add results/pope_baselines && git commit -m 'records: pope_baselines' -- results/pope_baselines"; \
+	exit $$st
 
 # both momentum sweeps (72 + 168 jobs × 500 steps), then their reports from the records in results/momentum_*
 # (attention maps from runs/momentum_*/<job>/checkpoints). Resumable: run it again — recorded and completed jobs

@@ -31,6 +31,10 @@ EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call 
     "bifocal_calibrated_dyck3": {"task": {"dyck3"}, "pos": {"rope", "spectral", "bifocal"}},
     "pope_indirect": {"task": {"indirect_indexing"},
                       "pos": {"rope", "pope", "rope_half", "alibi", "learned_abs", "sinusoidal"}},
+    # issue 22: the size ladder (task.rung) and Table 9's baselines at one rung
+    "pope_ladder": {"task": {"indirect_indexing"}, "pos": {"rope", "pope"}, "task.rung": {"1", "2", "3"}},
+    "pope_baselines": {"task": {"indirect_indexing"},
+                       "pos": {"rope", "pope", "rope_half", "alibi", "learned_abs", "sinusoidal"}},
     "momentum_gamma": {"task": {"assoc_recall", "variable_tracking", "global_counting", "mean_pooling"},
                        "pos": {"rope"}, "pos.momentum.gamma": {"0", "0.3", "0.5", "0.7", "1.0", "2.0"}},
     "momentum_freqs": {"task": {"assoc_recall", "variable_tracking", "global_counting", "mean_pooling"},
@@ -123,9 +127,11 @@ def test_preset_jobs_pass_the_config_check(preset):
     axes = {k: [str(v) for v in axis_values(k, vals)]
             for k, vals in _compose(f"experiment={preset}").hydra.sweeper.params.items()}
     jobs = {tuple(f"{k}={v if k == key else vals[0]}" for k, vals in axes.items()) for key in axes for v in axes[key]}
-    if preset == "pope_indirect":
+    if preset in ("pope_indirect", "pope_baselines"):
         jobs.add(("task=indirect_indexing", "pos=alibi", "seed=0", "pos.heads_fraction=0.5"))  # `make pope`
         jobs.add(("task=indirect_indexing", "pos=pope", "seed=0", "pos.delta_init=uniform"))  # `make pope-table`
+    if preset == "pope_indirect":  # `make pope-gpu`: the paper's fixed training set
+        jobs.add(("task=indirect_indexing", "pos=rope", "seed=0", "data.train_size=1000000"))
     # the fine-tune starts from the pretraining sweep's runs, refused until they exist (tests/test_extrapolation.py)
     extra = ["init_from=null"] if preset == "extrapolation_code_lm_ft" else []
     if preset == "extrapolation_code_lm_ft":  # `make extrapolation`: YaRN + ft

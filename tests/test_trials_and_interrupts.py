@@ -32,6 +32,12 @@ def plan(*overrides, sweep=True):
      "results/bio_phase"),
     (["experiment=pope_indirect", "pos=alibi", "pos.heads_fraction=0.5", "seed=0"], "results/pope_indirect"),
     (["experiment=pope_indirect", "pos=pope", "pos.delta_init=uniform", "seed=2"], "results/pope_indirect"),
+    (["experiment=pope_indirect", "pos=rope", "data.train_size=1000000", "seed=0"], "results/pope_indirect"),  # pope-gpu
+    # issue 22: the ladder's rungs are an axis; the baselines' other commands as pope_indirect's
+    (["experiment=pope_ladder", "pos=pope", "task.rung=2", "seed=1"], "results/pope_ladder"),
+    (["experiment=pope_baselines", "pos=pope", "pos.delta_init=uniform", "seed=0"], "results/pope_baselines"),
+    (["experiment=calibrate_indirect_indexing", "trainer.max_steps=3000", "task.rung=3", "seed=1"],
+     "results/calibration/indirect_indexing"),
     (["experiment=momentum_gamma", "task=assoc_recall", "pos.momentum.gamma=0.3", "seed=0"],
      "results/momentum_gamma"),
     (["experiment=calibrate_assoc_recall", "trainer.max_steps=500", "task.n_keys=16", "pos.momentum.gamma=0.3",
@@ -50,6 +56,7 @@ def test_a_presets_own_jobs_are_recorded(overrides, recorded_in):
     (["experiment=bifocal_table1", "task=dyck3", "pos=rope", "seed=5"], "seed=5"),  # not one of its seeds
     (["experiment=bifocal_table1", "task=dyck3", "pos=alibi", "seed=0"], "pos=alibi"),  # not one of its schemes
     (["experiment=pope_indirect", "pos=rope", "seed=0", "model.d_model=64"], "model.d_model=64"),
+    (["experiment=pope_ladder", "pos=rope", "seed=0", "task.rung=4"], "task.rung=4"),  # not one of its rungs
     (["experiment=bifocal_table1", "task=dyck3", "pos=rope", "seed=0", "+task.extra=1"], "+task.extra=1"),
     (["experiment=bifocal_table1", "task=dyck3", "pos=rope", "seed=3", "hydra.sweeper.params.seed='0,1,2,3'"],
      "hydra.sweeper.params.seed='0,1,2,3'"),  # a grid widened on the command line is not the preset's

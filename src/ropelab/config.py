@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf.errors import InterpolationResolutionError
 
 from ropelab.cli import CONF_DIR
 from ropelab.errors import ConfigError, require
@@ -23,6 +24,22 @@ from ropelab.machine import ACCELERATORS
 
 PRECISIONS = ("auto", "32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "64-true")
 PROGRESS = ("auto", "bar", "lines", "off")
+
+
+def ladder(task: str, rung: Any, key: str) -> Any:
+    """``${ladder:TASK,RUNG,KEY}``: KEY of rung RUNG of TASK's size ladder (``RUNGS`` in tasks/TASK.py), so a preset
+    sets every size of a rung from one axis, ``task.rung`` (conf/experiment/pope_ladder.yaml); a config.yaml keeps
+    the resolved sizes."""
+    import tasks
+
+    rungs = getattr(__import__(f"tasks.{task}", fromlist=["RUNGS"]), "RUNGS", None) if task in tasks.names() else None
+    require(rungs is not None, "ladder", task, "a task with a size ladder (RUNGS in tasks/<task>.py)")
+    require(rung in rungs, "task.rung", rung, f"one of {', '.join(map(str, rungs))} (RUNGS in tasks/{task}.py)")
+    require(key in rungs[rung], "ladder", key, f"one of {', '.join(rungs[rung])}")
+    return rungs[rung][key]
+
+
+OmegaConf.register_new_resolver("ladder", ladder, replace=True)
 
 
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
@@ -81,6 +98,7 @@ class DataSchema:
     test_size: int = spec(int, 1)
     ood_size: int = spec(int, 1)
     eval_batch_size: int = spec(int, 1)
+    train_size: int = spec(int, 1, optional=True)  # null: batches drawn on the fly; N: a fixed set, epochs over it
 
 
 @dataclass
@@ -172,12 +190,26 @@ def check_config(cfg: DictConfig) -> None:
     build(cfg)
 
 
+def resolved(cfg: DictConfig) -> dict:
+    """``cfg`` as plain containers, every interpolation resolved; a resolver's own one-line ConfigError
+    (``${ladder:…}``'s bad rung) is raised as itself rather than wrapped in OmegaConf's several lines."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except InterpolationResolutionError as err:
+        cause = err.__context__
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__context__
+        if cause is None:
+            raise
+        raise cause from None
+
+
 def check_schema(cfg: DictConfig) -> None:
     """Raise a one-line ConfigError for the first key that breaks the schema (all but the task's and scheme's
     own options)."""
     from ropelab.model import LlamaConfig  # the model's dataclass is its section's schema (model imports spec)
 
-    values = OmegaConf.to_container(cfg, resolve=True)
+    values = resolved(cfg)
     sections = {"model": LlamaConfig, **SECTIONS}
     root = {k: v for k, v in values.items() if k not in sections and k not in OPEN_SECTIONS}
     check_section(root, RootSchema, "")

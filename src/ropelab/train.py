@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from ropelab import locality, machine, runs, sweep_summary
 from ropelab.build import Built, build
 from ropelab.cli import CONF_DIR
+from ropelab.config import resolved
 from ropelab.errors import ConfigError
 
 # Lightning and what needs it are imported by build() and _train(), once the config has passed: a refused
@@ -368,6 +369,7 @@ def main(cfg: DictConfig) -> float | None:
             sweep_summary.note(hc.job.num, job, kind, detail, where, trial)
 
     try:
+        resolved(cfg)  # a bad ${ladder:…} rung is one line here, before anything resolves the config
         if not sweep:
             _check_single_run_of_preset(cfg, hc)
         record_dir, trial = record_plan(cfg, hc, run_dir, sweep)

@@ -15,7 +15,8 @@ from ropelab.report.records import Run, find_run_dirs, load_run, smoothed_train_
 from ropelab.stats import Landmarks, lockin_step, onset_step, train_loss
 
 # config keys that never define a table column: bookkeeping, threads, loggers, evaluation batch size
-IGNORED_KEYS = {"seed", "name", "resume", "record", "rerun", "retry_failed", "trainer.threads", "trainer.progress",
+IGNORED_KEYS = {"seed", "name", "resume", "record", "record_also", "rerun", "retry_failed", "trainer.threads",
+                "trainer.progress",
                 "trainer.compile", "trainer.accelerator", "trainer.devices", "trainer.precision",
                 "data.eval_batch_size"}  # precision and machine: listed in "Machines and code" instead
 IGNORED_PREFIXES = ("logger.", "hydra.")
@@ -24,6 +25,7 @@ TASK_ORDER = ["dyck3", "bio_rotation", "mod_arith", "indirect_indexing", "assoc_
 SCHEME_ORDER = ["rope", "spectral", "bifocal", "pope", "rope_half", "alibi", "learned_abs", "sinusoidal", "nope"]
 SHORT = {"pos.momentum.gamma": "γ", "pos.base": "base", "pos.freqs": "freqs"}
 GAMMA = "pos.momentum.gamma"
+RUNG_LABELS = ("task.rung",)  # indirect_indexing's size ladder (issue 22): the rung's sizes follow it
 
 
 def value_label(v: Any) -> str:
@@ -99,6 +101,11 @@ class Sweep:
             if base and present.groupby(base)[c].nunique(dropna=True).max() <= 1:
                 continue
             factors.append(c)
+        for label in RUNG_LABELS:  # a rung names its sizes: the task keys it fixes are no columns of their own
+            if label in factors:
+                by = [*base, label]
+                factors = [c for c in factors if c in by or not c.startswith("task.")
+                           or present.groupby(by)[c].nunique(dropna=True).max() > 1]
         if len(factors) == 1 and "pos.name" in table:  # nothing varies but the seed: label columns by scheme
             factors.append("pos.name")
         return factors
