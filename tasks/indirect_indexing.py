@@ -33,7 +33,7 @@ import string
 
 import numpy as np
 
-from ropelab.errors import require, require_int
+from ropelab.core.errors import require, require_int
 from tasks.base import BOS, PAD, Task, pack
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
@@ -43,7 +43,7 @@ DIGITS = "0123456789"
 
 class IndirectIndexing(Task):
     group_name = "length"
-    length_knobs = ("len_min", "len_max")  # scaled by ropelab.extrapolate
+    length_knobs = ("len_min", "len_max")  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, len_min: int = 20, len_max: int = 40, shift_max: int = 15, group_bin: int = 5,
                  format: str = "paper"):

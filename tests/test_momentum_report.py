@@ -10,12 +10,12 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from conftest import ROOT
-from ropelab import config, locality
-from ropelab import momentum_report as mr
-from ropelab.errors import ConfigError
-from ropelab.model import LlamaConfig, build_model
-from ropelab.positional.rotary import inverse_frequencies
-from ropelab.stats import t975
+from ropelab.core import config, locality
+from ropelab.analysis import momentum_report as mr
+from ropelab.core.errors import ConfigError
+from ropelab.core.model import LlamaConfig, build_model
+from ropelab.core.positional.rotary import inverse_frequencies
+from ropelab.analysis.stats import t975
 
 CONF = ROOT / "conf"
 
@@ -251,7 +251,7 @@ def _fake_sweep(root, tasks=("assoc_recall", "mean_pooling"), gammas=(0.0, 0.5, 
                     (job / "summary.json").write_text(json.dumps({"status": "completed", "steps": 10, "task": task,
                                                                   "pos": "rope", "seed": s, "final": {"val/acc": acc}}))
                     if checkpoints:
-                        from ropelab.attention_maps import model_from_config
+                        from ropelab.analysis.attention_maps import model_from_config
 
                         torch.manual_seed(s)
                         model, _ = model_from_config(cfg)
@@ -267,8 +267,8 @@ def test_momentum_report_on_a_tiny_record_set(tmp_path):
     md = path.read_text()
     # degradation: assoc_recall gains (negative drop), mean_pooling drops 0.05 / 0.5 = 10 % (seed 0), 0.05/0.51 (seed 1)
     assert "Degradation γ = 0 → 2" in md and "geometric" in md
-    from ropelab.report import Sweep
-    from ropelab.stats import Landmarks
+    from ropelab.analysis.report import Sweep
+    from ropelab.analysis.stats import Landmarks
 
     d = mr.degradation(mr.seed_table(Sweep(sweep, Landmarks())).query("group == 'freqs=geometric'"))
     assert d.per_task["mean_pooling"].mean == pytest.approx(100 * np.mean([0.05 / 0.5, 0.05 / 0.51]))
@@ -286,9 +286,9 @@ def test_momentum_report_on_a_tiny_record_set(tmp_path):
 
 def test_a_record_keeps_the_sharpening_number_the_report_rebuilds_without_checkpoint(tmp_path, tiny):
     from conftest import train_here
-    from ropelab import attention_maps
-    from ropelab.report import Sweep
-    from ropelab.stats import Landmarks
+    from ropelab.analysis import attention_maps
+    from ropelab.analysis.report import Sweep
+    from ropelab.analysis.stats import Landmarks
 
     run = tmp_path / "sweep" / "pos.momentum.gamma=0.5,pos=rope,seed=0,task=assoc_recall"
     summary = train_here(*tiny, "task=assoc_recall", "pos.momentum.gamma=0.5", "trainer.max_steps=4",
@@ -318,7 +318,7 @@ def test_freqs_sweep_report_has_a_row_per_profile(tmp_path):
 
 
 def test_the_sweep_report_carries_the_momentum_section(tmp_path):
-    from ropelab import report
+    from ropelab.analysis import report
 
     sweep = _fake_sweep(tmp_path / "momentum_gamma", tasks=("mean_pooling",))
     md = (report.write_report(sweep, tmp_path / "out", attention=False) / "report.md").read_text()
@@ -331,7 +331,7 @@ def test_make_momentum_runs_both_sweeps_then_reports_from_the_records():
     plan = subprocess.run(["make", "-n", "momentum", "STAMP=Makefile"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout
     assert plan.index("experiment=momentum_gamma") < plan.index("experiment=momentum_freqs") \
-        < plan.index("ropelab.momentum_report results/$s")
+        < plan.index("ropelab.analysis.momentum_report results/$s")
     assert "|| status=1" in plan and "exit $status" in plan  # a failed job does not stop the other sweep
     for name in ("momentum_gamma", "momentum_freqs"):
         assert _compose(f"experiment={name}").record == f"results/{name}"  # recorded jobs are skipped on a rerun

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from conftest import TINY, run_train
-from ropelab import phase, report, runs
-from ropelab.stats import Landmarks, estimate, onset_step, paired_difference, t975
+from ropelab.analysis import phase, report
+from ropelab.core import runs
+from ropelab.analysis.stats import Landmarks, estimate, onset_step, paired_difference, t975
 
 SWEEP = ["-m", *TINY, "trainer.max_steps=3", "trainer.val_every=3", "name=tbl", "pos=rope,spectral", "seed=0"]
 
@@ -100,7 +101,7 @@ def test_onset_precedes_lockin_on_the_same_curve():
     curve = plateau_then_fall(150)
     smoothed = curve.rolling(10, min_periods=1).mean()
     rule = Landmarks()
-    from ropelab.stats import lockin_step
+    from ropelab.analysis.stats import lockin_step
     assert onset_step(curve, rule) < lockin_step(smoothed, rule)
 
 
