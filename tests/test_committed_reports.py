@@ -43,10 +43,10 @@ def test_two_builds_of_a_report_are_byte_identical(tmp_path, monkeypatch):
 def test_a_committed_gamma_report_is_not_rewritten_without_its_checkpoints(tmp_path, monkeypatch):
     """Records keep no checkpoints; results/momentum_gamma/report's attention maps came from them: the report
     command without --out refuses (naming --out) instead of dropping them."""
-    from ropelab.analysis import momentum_report
+    from ropelab.analysis.report import cli
 
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(momentum_report, "default_ckpt_roots", lambda sweep: [tmp_path / "no_checkpoints"])
+    monkeypatch.setattr(cli, "default_ckpt_roots", lambda sweep: [tmp_path / "no_checkpoints"])
     before = (ROOT / "results" / "momentum_gamma" / "report" / "report.md").read_bytes()
     with pytest.raises(SystemExit, match=r"rewriting it would drop them; write elsewhere with --out DIR"):
         report.main(["results/momentum_gamma"])

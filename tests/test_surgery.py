@@ -311,7 +311,7 @@ def test_init_from_and_surgery_by_config(tmp_path):
 
 def test_sawtooth_statistics():
     from ropelab.analysis.stats import binomial_two_sided, sawtooth
-    from ropelab.experiments.surgery import untrained_phase
+    from ropelab.experiments.surgery.phase import untrained_phase
 
     saw = sawtooth(1e-3 * (-1.0) ** torch.arange(16).repeat(4, 1).numpy(), permutations=2000)
     assert saw["alternation"] == 1.0 and saw["permutation_p"] < 0.01 and saw["lag1_autocorrelation"] < -0.9

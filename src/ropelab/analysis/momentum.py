@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
+from scipy.stats import linregress
 
 from ropelab.analysis.report.sweep import GAMMA
 from ropelab.analysis.stats import Estimate, estimate, paired_difference
@@ -111,11 +112,11 @@ def _finite(v) -> bool:
 
 
 def _slope(xs: list[float], ys: list[float]) -> float:
+    """The least-squares slope of ys against xs; NaN for fewer than two distinct xs."""
     x, y = np.asarray(xs, float), np.asarray(ys, float)
     if len(x) < 2 or np.ptp(x) == 0:
         return math.nan
-    x = x - x.mean()
-    return float((x * (y - y.mean())).sum() / (x * x).sum())
+    return float(linregress(x, y).slope)
 
 
 def gamma_verdict(by_gamma: Mapping[float, Mapping[Any, float]], margin: float = 0.05,

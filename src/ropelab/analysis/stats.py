@@ -1,5 +1,6 @@
 """Statistics over seeds: means with n, t confidence intervals, paired scheme differences, and the two
-landmarks of a loss curve that the Bifocal paper's lock-in claim is about.
+landmarks of a loss curve that the Bifocal paper's lock-in claim is about. The distributions and tests are
+scipy's (``scipy.stats``: the t quantile, the binomial test).
 
 Landmarks of a train-loss curve (indexed by step), both measured against the *plateau* — the median of the
 smoothed loss over a window of early steps (20–60 by default), where the loss sits after the first fast drop:
@@ -17,22 +18,20 @@ window does. ``onset`` smooths with a centred window so that its step is not del
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-
-# two-sided 95 % Student t quantiles t_{0.975, df}; df > 30 uses the normal 1.96 (error < 2.1 %)
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-         20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048,
-         29: 2.045, 30: 2.042}
+from scipy.stats import binomtest, t as student_t
 
 
+@functools.cache
 def t975(df: int) -> float:
-    return _T975.get(df, 1.96) if df >= 1 else math.nan
+    """The two-sided 95 % Student t quantile t_{0.975, df}."""
+    return float(student_t.ppf(0.975, df)) if df >= 1 else math.nan
 
 
 @dataclass(frozen=True)
@@ -109,6 +108,19 @@ def train_loss(metrics: pd.DataFrame | None) -> pd.Series:
     return metrics[["step", "train/loss"]].dropna().groupby("step")["train/loss"].last().sort_index()
 
 
+def metric_curve(metrics: pd.DataFrame | None, metric: str = "val/acc") -> pd.Series:
+    """``metric`` by step (the last value logged at each step)."""
+    if metrics is None or metric not in metrics:
+        return pd.Series(dtype=float)
+    return metrics[["step", metric]].dropna().groupby("step")[metric].last().sort_index()
+
+
+def first_step_at(curve: pd.Series, threshold: float) -> float:
+    """The first step (index of ``curve``) whose value is at least ``threshold``; NaN when none is."""
+    hits = curve.index[curve.to_numpy() >= threshold]
+    return float(hits[0]) if len(hits) else math.nan
+
+
 def stays_below_from(smoothed: pd.Series, threshold_frac: float, plateau: tuple[int, int]) -> float | None:
     """First step ≥ the plateau window's start after which ``smoothed`` stays below ``threshold_frac`` ×
     plateau; NaN if it never does, None if the series ends inside the plateau window."""
@@ -139,9 +151,8 @@ def lockin_step(smoothed: pd.Series, rule: Landmarks = Landmarks()) -> float | N
 # ----------------------------------------------------------------------------------------------- Φ saw-tooth
 
 def binomial_two_sided(k: int, n: int) -> float:
-    """Exact two-sided binomial p-value against p = 1/2 (the doubled smaller tail, capped at 1)."""
-    tail = sum(math.comb(n, i) for i in range(0, min(k, n - k) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
+    """Exact two-sided binomial p-value of k successes in n against p = 1/2."""
+    return float(binomtest(k, n, 0.5).pvalue)
 
 
 def sawtooth(phase: np.ndarray, permutations: int = 20000, seed: int = 0) -> dict[str, Any]:

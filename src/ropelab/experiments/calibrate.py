@@ -45,7 +45,7 @@ from ropelab.analysis.report.records import read_yaml
 from ropelab.analysis.report.status import budget_lines, machines_section
 from ropelab.analysis.report.sweep import IGNORED_KEYS, IGNORED_PREFIXES, Sweep, ordered, value_label
 from ropelab.analysis.report.tables import markdown_table
-from ropelab.analysis.stats import Landmarks
+from ropelab.analysis.stats import Landmarks, first_step_at, metric_curve
 
 BUDGET = "trainer.max_steps"
 METRIC = "val/acc"
@@ -70,18 +70,6 @@ def state(accuracies: list[float], floor: float, rule: Rule) -> str:
     if min(accuracies) < floor + rule.margin:
         return "floor"
     return "ceiling" if max(accuracies) > rule.ceiling - rule.margin else "partial"
-
-
-def first_step_at(curve: pd.Series, threshold: float) -> float:
-    """The first step (index of ``curve``) whose value is at least ``threshold``; NaN when none is."""
-    hits = curve.index[curve.to_numpy() >= threshold]
-    return float(hits[0]) if len(hits) else math.nan
-
-
-def metric_curve(metrics: pd.DataFrame | None, metric: str = METRIC) -> pd.Series:
-    if metrics is None or metric not in metrics:
-        return pd.Series(dtype=float)
-    return metrics[["step", metric]].dropna().groupby("step")[metric].last().sort_index()
 
 
 def points(runs: pd.DataFrame, sizes: list[str], rule: Rule) -> pd.DataFrame:

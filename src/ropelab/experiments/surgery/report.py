@@ -1,167 +1,16 @@
-"""The surgery experiment (issue 15): pretrain with fixed RoPE on code_lm, spectralize, fine-tune, compare.
-
-    make surgery                                        # = python -m ropelab.surgery_experiment
-    python -m ropelab.surgery_experiment --pretrain-steps 400 --finetune-steps 120 --threads 1   # the defaults
-
-1. **pretrain**: our backbone (conf/model/llama.yaml) with ``pos=rope`` on ``code_lm`` (the installed torch
-   package's source, character level), seed 0, saved to ``<runs>/pretrain/checkpoints/last.ckpt``.
-2. **the swap**: the checkpoint is loaded and spectralized (Ω = its inv_freq, A = 1, Φ = 0); the logits and
-   the loss on the fine-tuning validation set are computed before and after (must be equal: Δ = 0).
-3. **fine-tune**, three arms from the same checkpoint, the same batches (seed 1) and optimiser settings,
-   ``--finetune-steps`` steps each, through ``train.py``'s own path (``init_from=… surgery=spectral``):
-   ``control`` (fixed rope), ``spectral_only`` (surgery, only Ω, A, Φ train), ``spectral_all`` (surgery,
-   everything trains). The first logged training loss of each arm is the loss at the swap, on the same batch.
-4. **report**: loss curves, Ω drift per pair, Φ per pair and a test of the paper's saw-tooth claim (signs
-   alternating between neighbouring pairs; mean offset ≈ 7.6e-4 rad), written to ``--out`` as README.md,
-   surgery.json and surgery.png.
-
-Saw-tooth statistics, per arm, over the final Φ (H heads × P pairs; the scheme is shared by all layers):
-alternation = the fraction of neighbouring pairs (i, i+1) of one head whose Φ have opposite signs (a
-saw-tooth: → 1; no structure: ≈ 0.5), its two-sided exact binomial p against 0.5, and a permutation p (the
-pairs of each head shuffled, 20 000 times: the fraction of shuffles alternating at least as often, which
-keeps each head's sign balance); lag-1 autocorrelation of Φ along the pairs (saw-tooth: negative); mean |Φ|
-and mean |Φ_{i+1} − Φ_i| in radians beside the paper's 7.6e-4.
-"""
+"""The surgery experiment's report: README.md, surgery.json and surgery.png in ``--out``, and the verdicts."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
-import platform
-import shlex
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import torch
 
-from ropelab.core import runs
-from ropelab.core.cli import REPO
-from ropelab.core.config import compose
-from ropelab.analysis.stats import sawtooth
-
-ROOT = REPO
-PAPER_PHASE_OFFSET = 7.6e-4  # Bifocal paper: mean offset of the learned Φ saw-tooth (rad)
-ARMS = {  # name: (train.py overrides on top of init_from, label)
-    "control": ([], "control: fixed rope"),
-    "spectral_only": (["surgery=spectral", "surgery_train=spectral"], "spectral, only Ω, A, Φ train"),
-    "spectral_all": (["surgery=spectral", "surgery_train=all"], "spectral, everything trains"),
-}
-
-
-def train(overrides: list[str], run_dir: Path, say) -> dict:
-    """One run through ``ropelab.core.train.run`` (what ``python train.py <overrides>`` does), in this process."""
-    from ropelab.core.train import run
-
-    say(f"train.py {' '.join(overrides)}  ->  {run_dir}")
-    summary = run(compose(overrides), run_dir)
-    if summary.get("status") != "completed":
-        raise RuntimeError(f"{run_dir}: {summary.get('status')} {summary.get('error', '')}")
-    return summary
-
-
-def read_metrics(run_dir: Path) -> dict[str, dict[int, float]]:
-    import csv
-
-    out: dict[str, dict[int, float]] = {}
-    with open(run_dir / "metrics.csv") as f:
-        for row in csv.DictReader(f):
-            for key, value in row.items():
-                if key not in ("step", "epoch") and value not in ("", None):
-                    out.setdefault(key, {})[int(row["step"])] = float(value)
-    return out
-
-
-# ----------------------------------------------------------------------------------------------- the swap
-
-
-def swap_check(pre_cfg, pretrain_dir: Path, finetune_seed: int) -> dict[str, Any]:
-    """Logits and loss of the pretrained model on the fine-tuning validation set and first training batch,
-    before and after ``spectralize``; and the same for transformers' Llama with these weights when the hf
-    extra is installed."""
-    import copy
-
-    from ropelab.core.build import build
-    from ropelab.core.lit import LitLM
-    from ropelab.core.surgery import load_weights, spectralize
-
-    cfg = pre_cfg.copy()
-    cfg.seed = finetune_seed  # the fine-tuning runs' data
-    built = build(cfg)
-    model = built.model
-    load_weights(model, pretrain_dir)
-    model.eval()
-    pretrained = copy.deepcopy(model)
-    val_in, val_tg, _ = built.datamodule.fixed_set("val").tensors
-    tr_in, tr_tg = next(iter(built.datamodule.train_dataloader()))
-
-    def evaluate(m):
-        with torch.no_grad():
-            val = torch.cat([m(x) for x in val_in.split(pre_cfg.data.eval_batch_size)])
-            first = m(tr_in)
-        return val, float(LitLM.loss(val, val_tg)), first, float(LitLM.loss(first, tr_tg))
-
-    v0, l0, f0, b0 = evaluate(model)
-    spectralize(model)
-    v1, l1, f1, b1 = evaluate(model)
-    out: dict[str, Any] = {
-        "val_loss_before": l0, "val_loss_after": l1, "first_batch_loss_before": b0, "first_batch_loss_after": b1,
-        "max_abs_logit_diff": float(max((v1 - v0).abs().max(), (f1 - f0).abs().max())),
-        "bit_identical": bool(torch.equal(v0, v1) and torch.equal(f0, f1)), "val_examples": int(len(val_in))}
-    out["hf"] = hf_swap_check(pretrained, val_in[:32])
-    return out
-
-
-def hf_swap_check(ours, idx) -> dict[str, Any]:
-    """The same swap on transformers' Llama with the pretrained weights of ``ours`` (our model, not swapped)."""
-    hf_dir = ROOT / ".venv" / "hf"
-    if hf_dir.is_dir() and str(hf_dir) not in sys.path:
-        sys.path.append(str(hf_dir))
-    try:
-        import transformers
-    except ImportError:
-        return {"skipped": "transformers is not installed (make surgery installs the hf extra into .venv/hf)"}
-    from ropelab.core.surgery import spectralize, to_hf
-
-    transformers.logging.set_verbosity_error()
-    hf = to_hf(ours)
-    with torch.no_grad():
-        mine, before = ours(idx), hf(input_ids=idx).logits
-        spectralize(hf)
-        after = hf(input_ids=idx).logits
-    return {"transformers": transformers.__version__, "examples": int(len(idx)),
-            "max_abs_diff_hf_vs_ours": float((before - mine).abs().max()),
-            "max_abs_diff_hf_swap": float((after - before).abs().max())}
-
-
-# ----------------------------------------------------------------------------------------------- statistics
-
-
-def untrained_phase(n: int, sigma: float = 1e-3) -> dict[str, float]:
-    """What Φ ~ N(0, σ) — the paper's init — shows if it never moves: E|Φ| = σ·√(2/π) and the SD of the mean of
-    n values of |Φ|, σ·√(1 − 2/π)/√n; independent signs alternate between neighbours half the time."""
-    mean, sd = sigma * math.sqrt(2 / math.pi), sigma * math.sqrt(1 - 2 / math.pi) / math.sqrt(n)
-    return {"sigma": sigma, "n": n, "expected_mean_abs": mean, "sd_of_mean_abs": sd,
-            "paper_z": (PAPER_PHASE_OFFSET - mean) / sd}
-
-
-def analyse_trace(run_dir: Path) -> dict[str, Any]:
-    trace = np.load(run_dir / runs.TRACE)
-    steps = trace["steps"]
-    omega0, omega = trace["omega"][0], trace["omega"][-1]  # (H, P)
-    rel = (omega - omega0) / omega0
-    return {"steps": steps.tolist(), "omega_init": omega0[0].tolist(), "omega_final": omega.tolist(),
-            "omega_rel_drift": rel.tolist(), "omega_rel_drift_mean_per_pair": rel.mean(0).tolist(),
-            "omega_rel_drift_max_abs": float(np.abs(rel).max()), "omega_rel_drift_median_abs": float(np.median(np.abs(rel))),
-            "amplitude_final": trace["amplitude"][-1].tolist(), "phase_init": trace["phase"][0].tolist(),
-            "phase_final": trace["phase"][-1].tolist(), "sawtooth": sawtooth(trace["phase"][-1])}
-
-
-# ----------------------------------------------------------------------------------------------- figure
+from ropelab.experiments.surgery.phase import PAPER_PHASE_OFFSET, untrained_phase
+from ropelab.experiments.surgery.training import ARMS, read_metrics
 
 
 def smooth(values: np.ndarray, window: int = 10) -> np.ndarray:
@@ -234,9 +83,6 @@ def figure(result: dict, metrics: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-# ----------------------------------------------------------------------------------------------- report
 
 
 def fmt(x: float, digits: int = 4) -> str:
@@ -395,107 +241,6 @@ def verdicts(result: dict) -> list[str]:
     return out
 
 
-# ----------------------------------------------------------------------------------------------- main
-
-
-def machine_info(threads: int) -> dict[str, Any]:
-    from ropelab.core import machine
-
-    info = machine.describe("cpu")
-    return {"cpu": info["cpu"]["model"], "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-            else os.cpu_count(), "torch": info["torch"], "commit": info.get("commit"), "dirty": info.get("dirty"),
-            "python": platform.python_version(), "threads": threads}
-
-
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m ropelab.surgery_experiment", description=__doc__.split("\n\n")[0])
-    p.add_argument("--pretrain-steps", type=int, default=400)
-    p.add_argument("--finetune-steps", type=int, default=120)
-    p.add_argument("--pretrain-lr", type=float, default=3e-3)
-    p.add_argument("--finetune-lr", type=float, default=1e-3)
-    p.add_argument("--pos-lr-scale", type=float, default=1.0, help="optim.pos_lr_scale while fine-tuning")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1: the machine is shared)")
-    p.add_argument("--runs", type=Path, default=Path("runs/surgery"), help="run folders (checkpoints)")
-    p.add_argument("--out", type=Path, default=Path("results/surgery"), help="report folder")
-    p.add_argument("--reuse", action="store_true", help="keep completed runs instead of training them again")
-    p.add_argument("--tiny", action="store_true", help="a tiny model and data (a smoke test of the pipeline)")
-    p.add_argument("--report-only", action="store_true",
-                   help="rewrite README.md and surgery.png from --out/surgery.json and the run folders (no training)")
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> dict:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    if args.report_only:
-        return write_report(json.loads((args.out / "surgery.json").read_text()), args.out, regenerated=True)
-    t0 = time.time()
-    say = lambda msg: print(f"[surgery {time.time() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("WANDB_MODE", "offline")
-    load_start = [round(x, 2) for x in os.getloadavg()]
-
-    base = ["task=code_lm", "pos=rope", f"trainer.threads={args.threads}", "trainer.compile=false", "logger=csv",
-            "rerun=" + ("false" if args.reuse else "true")]
-    if args.tiny:
-        base += ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.mlp_hidden=64", "task.window=32",
-                 "task.ood.window=48", "data.batch_size=4", "data.val_size=16", "data.test_size=8", "data.ood_size=8",
-                 "data.eval_batch_size=8"]
-    P, F = args.pretrain_steps, args.finetune_steps
-    pre_warm, ft_warm = min(40, max(1, P // 10)), min(20, max(1, F // 10))
-    pretrain_overrides = [*base, "seed=0", f"trainer.max_steps={P}", f"trainer.val_every={max(1, P // 5)}",
-                          f"optim.lr={args.pretrain_lr}", f"optim.warmup_steps={pre_warm}"]
-    pre_dir = args.runs / "pretrain"
-    pre = train(pretrain_overrides, pre_dir, say)
-
-    finetune_seed = 1
-    tune = [*base, f"seed={finetune_seed}", f"trainer.max_steps={F}", f"trainer.val_every={max(1, F // 5)}",
-            f"optim.lr={args.finetune_lr}", f"optim.warmup_steps={ft_warm}", f"optim.pos_lr_scale={args.pos_lr_scale}",
-            f"init_from={pre_dir}"]
-    say("swap check ...")
-    pre_cfg = compose(pretrain_overrides)
-    swap = swap_check(pre_cfg, pre_dir, finetune_seed)
-    say(f"swap: val loss {swap['val_loss_before']:.6f} -> {swap['val_loss_after']:.6f}, "
-        f"max |d logits| {swap['max_abs_logit_diff']:.3g}")
-
-    arms, metrics = {}, {"pretrain": read_metrics(pre_dir)}
-    for name, (extra, _) in ARMS.items():
-        run_dir = args.runs / name
-        summary = train([*tune, *extra], run_dir, say)
-        metrics[name] = read_metrics(run_dir)
-        m = metrics[name]
-        arm = {"overrides": [o for o in [*tune, *extra] if not o.startswith(("rerun=", "logger="))],
-               "run_dir": str(run_dir), "wall_seconds": summary["wall_seconds"], "final": summary["final"],
-               "trainable_params": summary.get("trainable_params"), "first_loss": m["train/loss"][0],
-               "val_curve": {str(k): v for k, v in sorted(m.get("val/loss", {}).items())},
-               "train_loss": [m["train/loss"][k] for k in sorted(m["train/loss"])]}
-        if name != "control":
-            arm["trace"] = analyse_trace(run_dir)
-        arms[name] = arm
-
-    wall = time.time() - t0
-    result = {
-        "command": "python -m ropelab.surgery_experiment " + " ".join(shlex.quote(a) for a in argv) if argv
-        else "python -m ropelab.surgery_experiment",
-        "machine": {**machine_info(args.threads), "load_start": load_start,
-                    "load_end": [round(x, 2) for x in os.getloadavg()], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
-        "wall_s": wall,
-        "settings": {"pretrain_steps": P, "finetune_steps": F, "pretrain_lr": args.pretrain_lr,
-                     "finetune_lr": args.finetune_lr, "pos_lr_scale": args.pos_lr_scale, "threads": args.threads,
-                     "pretrain_warmup": pre_warm, "finetune_warmup": ft_warm, "finetune_seed": finetune_seed,
-                     "model": dict(pre_cfg.model), "head_dim": pre_cfg.model.d_model // pre_cfg.model.n_heads,
-                     "window": pre_cfg.task.window, "ood_window": pre_cfg.task.ood.window,
-                     "batch_size": pre_cfg.data.batch_size, "runs": str(args.runs), "tiny": args.tiny},
-        "pretrain": {"overrides": [o for o in pretrain_overrides if not o.startswith(("rerun=", "logger="))],
-                     "wall_seconds": pre["wall_seconds"], "final": pre["final"], "params": pre["params"]},
-        "swap": swap, "arms": arms,
-        "swap_equal_to_control": all(arms[n]["first_loss"] == arms["control"]["first_loss"] for n in arms),
-    }
-    write_report(result, args.out)
-    say(f"wrote {args.out}/README.md, surgery.json, surgery.png in {wall:.0f} s")
-    return result
-
-
 def write_report(result: dict, out: Path, regenerated: bool = False) -> dict:
     """surgery.json, surgery.png (curves from the run folders' metrics.csv) and README.md in ``out``."""
     result["untrained_phase"] = untrained_phase(64)  # the paper's model: 4 heads × 16 pairs
@@ -510,7 +255,3 @@ def write_report(result: dict, out: Path, regenerated: bool = False) -> dict:
     (out / "README.md").write_text(markdown(result))
     print("\n".join(result["verdict"]))
     return result
-
-
-if __name__ == "__main__":
-    main()
