@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from ropelab.experiments import calibrate
 from ropelab.analysis.stats import first_step_at
+from ropelab.experiments import calibrate
 from ropelab.experiments.calibrate import Rule
 
 RULE = Rule(margin=0.05, level=0.9, ceiling=1.0)

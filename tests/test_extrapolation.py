@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY, train_here
-from ropelab.experiments import extrapolate
 from ropelab.core.errors import ConfigError
 from ropelab.core.model import LlamaConfig, build_model
 from ropelab.core.positional.rope import RoPE
+from ropelab.experiments import extrapolate
 
 HEAD_DIM, HEADS, L0 = 32, 4, 64
 

@@ -14,8 +14,8 @@ from hydra import compose, initialize_config_dir
 
 from conftest import HANG_GUARD_S, ROOT, TINY, run_train
 from ropelab.core import config, runs
-from ropelab.core.cli import axis_values
 from ropelab.core.build import check_config
+from ropelab.core.cli import axis_values
 from ropelab.core.errors import ConfigError
 from ropelab.core.train import FINAL_METRICS, _check_single_run_of_preset
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-import tasks
 from ropelab.analysis.guess import context_guess_accuracy, group_mode_accuracy, guess_accuracy
+import tasks
 from tasks.base import IGNORE, Task
 
 

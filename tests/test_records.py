@@ -12,8 +12,8 @@ import yaml
 
 from conftest import TINY, run_train
 from ropelab.analysis import phase, report
-from ropelab.core import runs
 from ropelab.analysis.stats import Landmarks, estimate, onset_step, paired_difference, t975
+from ropelab.core import runs
 
 SWEEP = ["-m", *TINY, "trainer.max_steps=3", "trainer.val_every=3", "name=tbl", "pos=rope,spectral", "seed=0"]
 

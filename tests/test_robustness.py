@@ -10,8 +10,8 @@ import pytest
 import tasks
 from conftest import TINY, run_train, train_here
 from ropelab.core import runs
-from ropelab.core.callbacks import KillAtStep
 from ropelab.core.build import check_config
+from ropelab.core.callbacks import KillAtStep
 from ropelab.core.config import compose
 from ropelab.core.data import SPLITS, TaskDataModule, draw, split_seed
 from ropelab.core.errors import ConfigError

@@ -18,10 +18,10 @@ from hydra import compose, initialize_config_dir
 import tasks
 from conftest import HANG_GUARD_S, ROOT, TINY, run_train, wandb_records
 from ropelab.analysis import attention_maps, report
+from ropelab.analysis.stats import Landmarks, lockin_step
 from ropelab.core import positional
 from ropelab.core.cli import axis_values
 from ropelab.core.model import LlamaConfig, build_model
-from ropelab.analysis.stats import Landmarks, lockin_step
 
 CONF = ROOT / "conf"
 CALIBRATIONS = sorted(p.stem for p in (CONF / "experiment").glob("calibrate_*.yaml"))  # budget grids, not tables

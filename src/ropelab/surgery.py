@@ -3,4 +3,4 @@
 from ropelab.experiments.surgery import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

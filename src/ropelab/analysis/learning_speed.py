@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ropelab.core.errors import ConfigError
 from ropelab.analysis.report.sweep import SCHEME_ORDER, TASK_ORDER, Sweep, ordered
 from ropelab.analysis.report.tables import markdown_table
+from ropelab.core.errors import ConfigError
 from ropelab.analysis.stats import (Landmarks, estimate, first_step_at, metric_curve, onset_step, paired_difference,
                                     train_loss)
 

@@ -4,27 +4,8 @@ attention-sharpening number, for the ``momentum_gamma`` and ``momentum_freqs`` s
 ``python -m ropelab.report SWEEP`` adds this module's section to a γ sweep's report (``section``);
 ``python -m ropelab.momentum_report SWEEP [--out DIR]`` writes it alone (``momentum.md`` and its figures).
 
-Definitions (every interval is a 95 % Student t interval over seeds, ``ropelab.analysis.stats``):
-
-* **Relative degradation** of a task, γ₀ = 0 → γ₁ = 2, in %: per seed s, d_s = (a_s(γ₀) − a_s(γ₁)) / a_s(γ₀) with
-  a = final val/acc — the two runs of a seed share the data and the backbone initialisation, so the drop is
-  paired — then the mean of d_s over seeds with its t interval. Averaged over a task set (the ∫ tasks, all
-  four): per seed, the mean of that seed's per-task drops, then the t interval over seeds (only seeds that have
-  both γ for every task of the set count). Beside it, the **drop of the mean** — per seed (Ā(γ₀) − Ā(γ₁)) / Ā(γ₀)
-  with Ā the mean accuracy over the task set — and the **absolute** drop Ā(γ₀) − Ā(γ₁) in points.
-* **γ verdicts** (``gamma_verdict``), per task, against the seed spread: Δ(γ) = a(γ) − a(γ_first) paired by seed;
-  slope = per seed, the least-squares slope of accuracy against the *rank* of γ (0, 1, …, so the wide 1 → 2 step
-  does not dominate), t interval over seeds. In this order: **flat** if every Δ(γ) interval lies within
-  ±``margin`` (5 points by default) — an equivalence test: any change is smaller than the margin with 95 %
-  confidence, even if a tiny one is significant; **inverted U** if the interior γ with the highest mean is
-  significantly above both ends (both paired intervals > 0); **U** for the mirror case; **monotone gain** if
-  the slope's interval is > 0; **monotone drop** if it is < 0; **no clear change** if no Δ(γ) interval excludes 0
-  (but some is wider than ±margin: flatness not shown either); **other** if some Δ excludes 0 without any of
-  these shapes.
-* **Sharpening** (``local_mass``): the attention mass a query puts on its k most recent tokens, itself included
-  (keys i−k < j ≤ i), averaged over queries i ≥ k, heads, layers and validation examples; uniform causal
-  attention gives ``uniform_local_mass``. The paper's "the diagonal sharpens as γ grows" = this number rises
-  with γ.
+The definitions (degradation, γ verdicts, sharpening) are ``ropelab.analysis.momentum``'s; the section is
+``ropelab.analysis.report.momentum``.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from ropelab.analysis.report import Run, find_run_dirs, load_run, markdown_table, pyplot, smoothed_train_loss
-from ropelab.core.runs import atomic_write_text
 from ropelab.analysis.stats import Landmarks, estimate, lockin_step, onset_step, paired_difference, train_loss
+from ropelab.core.runs import atomic_write_text
 
 DEFAULT_SOURCES = (Path("results/bifocal_table1"), Path("results/bio_phase"))
 NOISES = ("lower", "same")

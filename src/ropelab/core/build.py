@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-import tasks
-from ropelab.core.schema import check_schema
 from ropelab.core.model import Llama, LlamaConfig, build_model
+from ropelab.core.schema import check_schema
+import tasks
 from tasks.base import Task
 
 if TYPE_CHECKING:

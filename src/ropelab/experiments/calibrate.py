@@ -37,15 +37,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import tasks
 from ropelab.analysis import guess
-from ropelab.core.errors import ConfigError
 from ropelab.analysis.report.figures import pyplot
 from ropelab.analysis.report.records import read_yaml
 from ropelab.analysis.report.status import budget_lines, machines_section
 from ropelab.analysis.report.sweep import IGNORED_KEYS, IGNORED_PREFIXES, Sweep, ordered, value_label
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import Landmarks, first_step_at, metric_curve
+from ropelab.core.errors import ConfigError
+import tasks
 
 BUDGET = "trainer.max_steps"
 METRIC = "val/acc"

@@ -40,9 +40,9 @@ import numpy as np
 import torch
 import yaml
 
-import tasks
 from ropelab.core import positional
 from ropelab.core.errors import ConfigError, require
+import tasks
 
 SCALINGS = ("none", "linear", "ntk", "yarn")
 METRICS = ("loss", "acc", "exact")

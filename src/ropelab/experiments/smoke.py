@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-import tasks
 from ropelab.core import positional
 from ropelab.core.build import build
 from ropelab.core.config import compose
 from ropelab.core.runs import atomic_write_text
+import tasks
 
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.mlp_hidden=64", "data.batch_size=4"]
 

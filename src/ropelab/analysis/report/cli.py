@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ropelab.analysis.report.momentum import default_ckpt_roots
 from ropelab.analysis.report.write import write_report
-from ropelab.core.runs import RUNS_ROOT, shorter
 from ropelab.analysis.stats import Landmarks
+from ropelab.core.runs import RUNS_ROOT, shorter
 
 
 def compare_runs(run_dirs: list[Path], out: Path | None) -> Path:

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ropelab.core import runs
 from ropelab.analysis.stats import train_loss
+from ropelab.core import runs
 
 SKIP_DIRS = {"report", "wandb", "checkpoints", ".submitit", ".hydra", "__pycache__"}
 

@@ -8,11 +8,11 @@ from collections import Counter
 
 import pandas as pd
 
-from ropelab.core import machine
 from ropelab.analysis.report.cells import LOCKIN, METRICS, ONSET, STATUS_ORDER, status_pivot
 from ropelab.analysis.report.records import steps_trained
 from ropelab.analysis.report.sweep import Sweep, value_label
 from ropelab.analysis.report.tables import markdown_table
+from ropelab.core import machine
 
 
 def landmark_text(step: float | None) -> str | int:

@@ -15,8 +15,8 @@ from ropelab.analysis.report.records import read_yaml
 from ropelab.analysis.report.results import comparison_section, degradation_section, metric_tables, papers_section
 from ropelab.analysis.report.status import runs_table, status_section
 from ropelab.analysis.report.sweep import GAMMA, Sweep
-from ropelab.core.runs import atomic_write_text, shorter
 from ropelab.analysis.stats import Landmarks
+from ropelab.core.runs import atomic_write_text, shorter
 
 
 def open_report(sweep_dir: Path, out: Path | None, rule: Landmarks, title: str,

@@ -17,9 +17,9 @@ from typing import Any, Callable
 import torch
 from omegaconf import OmegaConf
 
-import tasks
 from ropelab.experiments.bench.hardware import sync, time_call
 from ropelab.experiments.bench.models import CONF, QUICK, ROOT, build_ours
+import tasks
 
 
 # conf/experiment/bifocal_table1.yaml: what --sweep-estimate prices (2 parallel one-thread jobs, as `make table1

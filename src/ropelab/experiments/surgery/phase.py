@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ropelab.core import runs
 from ropelab.analysis.stats import sawtooth
+from ropelab.core import runs
 
 
 PAPER_PHASE_OFFSET = 7.6e-4  # Bifocal paper: mean offset of the learned Φ saw-tooth (rad)
