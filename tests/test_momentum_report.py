@@ -10,8 +10,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from conftest import ROOT
-from ropelab.analysis import momentum
 from ropelab.analysis import momentum_report as mr
+from ropelab.analysis.report import gamma as momentum
 from ropelab.analysis.report.momentum import attention_section
 from ropelab.analysis.stats import t975
 from ropelab.core import config, locality

@@ -4,7 +4,7 @@ attention-sharpening number, for the ``momentum_gamma`` and ``momentum_freqs`` s
 ``python -m ropelab.report SWEEP`` adds this module's section to a γ sweep's report (``section``);
 ``python -m ropelab.momentum_report SWEEP [--out DIR]`` writes it alone (``momentum.md`` and its figures).
 
-The definitions (degradation, γ verdicts, sharpening) are ``ropelab.analysis.momentum``'s; the section is
+The definitions (degradation, γ verdicts, sharpening) are ``ropelab.analysis.report.gamma``'s; the section is
 ``ropelab.analysis.report.momentum``.
 """
 

@@ -31,7 +31,8 @@ The package, by job (each module imports only those above it):
 * ``status``   — budget, run status, machines; ``runs.csv``;
 * ``figures``  — loss curves, learned parameters, attention maps, and the sections that show them;
 * ``results``  — the metric tables, paired scheme differences, degradation, papers sections;
-* ``momentum`` — a γ sweep's momentum section (its numbers: ``ropelab.analysis.momentum``);
+* ``gamma``    — a γ sweep's numbers: degradation, γ verdicts;
+* ``momentum`` — a γ sweep's momentum section: tables, figures, attention sharpening, claims;
 * ``write``    — ``write_report``: the report folder;  ``cli`` — the command line.
 """
 

@@ -1,6 +1,6 @@
 """The momentum section of a γ sweep's report (``section``): degradation, γ verdicts with their figures, attention
 sharpening from checkpoints (or the number each run recorded) and the claims table. Its numbers are
-``ropelab.analysis.momentum``; ``python -m ropelab.report`` adds it to a γ sweep's report, ``python -m
+``ropelab.analysis.report.gamma``; ``python -m ropelab.report`` adds it to a γ sweep's report, ``python -m
 ropelab.momentum_report`` writes it alone.
 """
 
@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ropelab.analysis.guess import baselines
-from ropelab.analysis.momentum import (CLAIMS, MOMENTUM_TASKS, NABLA_TASKS, TASK_SETS, profile_groups, ordered_tasks, degradation,
-                                       gamma_verdict, seed_table)
+from ropelab.analysis.report.gamma import (CLAIMS, MOMENTUM_TASKS, NABLA_TASKS, TASK_SETS, degradation, gamma_verdict,
+                                           ordered_tasks, profile_groups, seed_table)
 from ropelab.analysis.report.figures import file_part, pyplot
 from ropelab.analysis.report.papers import load_paper_values
 from ropelab.analysis.report.status import budget_lines
