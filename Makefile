@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) train.py $(ARGS)
 
-# the tests of ropelab.surgery on transformers' Llama need the hf extra (.venv/hf, kept out of the venv: see bench)
+# the tests of ropelab.core.surgery on transformers' Llama need the hf extra (.venv/hf, kept out of the venv: see bench)
 test: $(STAMP) $(VENV)/hf/.installed
 	$(PY) -m pytest $(ARGS)
 
@@ -127,7 +127,7 @@ momentum: $(STAMP)
 	done; \
 	exit $$status
 
-# Calibration (issue 21, src/ropelab/calibrate.py): where rope learns a task before schemes are compared on it —
+# Calibration (issue 21, src/ropelab/experiments/calibrate.py): where rope learns a task before schemes are compared on it —
 # conf/experiment/calibrate_<TASK>.yaml's grid of budgets × sizes, then the picks into results/calibration/<TASK>/report.
 # make calibrate TASK=mod_arith [LAUNCHER=joblib ARGS="trainer.threads=1"]
 .PHONY: calibrate bifocal-calibrated momentum-calibrated
@@ -170,7 +170,7 @@ sync: $(STAMP)
 	if [ -z "$$found" ]; then echo "no offline W&B runs under $(SYNC_DIR)"; \
 	else $(VENV)/bin/wandb sync $(ARGS) $$found; fi
 
-# Training-step benchmark vs Hugging Face's Llama (src/ropelab/bench.py): writes bench/out/bench-<UTC time>.{json,md}
+# Training-step benchmark vs Hugging Face's Llama (src/ropelab/experiments/bench/): writes bench/out/bench-<UTC time>.{json,md}
 # (untracked: a bench run never dirties the tree; the run README quotes is kept in bench/, named there).
 # ARGS="--quick" for a smoke run, "--levers" for compile/precision levers, "--threads 1" on a busy machine,
 # "--device cuda" on a GPU. The `hf` extra (transformers) is installed once
@@ -188,7 +188,7 @@ $(HF_STAMP): pyproject.toml $(STAMP)
 bench: $(HF_STAMP)
 	$(PY) -m ropelab.bench $(ARGS)
 
-# One command for anyone with a GPU (src/ropelab/gpucheck.py): the tests marked gpu, one short bio_rotation run
+# One command for anyone with a GPU (src/ropelab/experiments/gpucheck.py): the tests marked gpu, one short bio_rotation run
 # per scheme, the bench on CUDA (ours vs HF Llama, bf16) and several jobs at once on the GPU; writes
 # bench/gpu.{json,md} (commit them). ACCEL=cpu runs the same path on the CPU with tiny settings (≈ 1–2 min) into
 # bench/out/gpu-check-cpu.{json,md}, as tests/test_gpucheck.py does.
@@ -197,7 +197,7 @@ ACCEL ?= cuda
 gpu-check: $(HF_STAMP)
 	$(PY) -m ropelab.gpucheck --accelerator $(ACCEL) $(ARGS)
 
-# Spectral surgery (issue 15, src/ropelab/surgery_experiment.py): pretrain rope on code_lm, swap in learnable
+# Spectral surgery (issue 15, src/ropelab/experiments/surgery/): pretrain rope on code_lm, swap in learnable
 # spectral RoPE (outputs unchanged), fine-tune three arms; report in results/surgery/, runs in runs/surgery/.
 # ≈ 15 min on 2 shared cores with 1 thread. ARGS="--pretrain-steps N --finetune-steps N --threads N".
 .PHONY: surgery

@@ -3,10 +3,10 @@
 
 import sys
 
-from ropelab.cli import check_overrides
+from ropelab.core.cli import check_overrides
 
 if __name__ == "__main__":
     check_overrides(sys.argv[1:])
-    from ropelab.train import entry
+    from ropelab.core.train import entry
 
     entry()

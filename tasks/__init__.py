@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Mapping
 
-from ropelab.errors import ConfigError, discover
+from ropelab.core.errors import ConfigError, discover
 from tasks.base import IGNORE, Task, pack
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropelab.errors import require, require_int
+from ropelab.core.errors import require, require_int
 from tasks.base import BOS, IGNORE, PAD, Task, pack
 
 
 class AssocRecall(Task):
     group_name = "pairs"
-    length_knobs = ("pairs_min", "pairs_max")  # scaled by ropelab.extrapolate
+    length_knobs = ("pairs_min", "pairs_max")  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, n_keys: int = 64, n_values: int = 64, pairs_min: int = 4, pairs_max: int = 16,
                  n_queries: int = 4):

@@ -25,7 +25,7 @@ class Task:
 
     name: ClassVar[str] = ""  # the module's name: a task is its file, tasks/<name>.py
     group_name: ClassVar[str] = "length"
-    # the options that set the task's length, scaled together by a length factor (ropelab.extrapolate); empty: none
+    # the options that set the task's length, scaled together by a length factor (ropelab.experiments.extrapolate); empty: none
     length_knobs: ClassVar[tuple[str, ...]] = ()
     vocab: list[str]
     seq_len: int

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropelab.errors import require, require_int
+from ropelab.core.errors import require, require_int
 from tasks.base import BOS, PAD, Task, pack
 
 BASES = "ACGT"
@@ -24,7 +24,7 @@ COMPLEMENT = np.array([3, 2, 1, 0])  # A<->T, C<->G as indices into BASES
 
 class BioRotation(Task):
     group_name = "gap"
-    length_knobs = ("gap_min", "gap_max")  # scaled by ropelab.extrapolate
+    length_knobs = ("gap_min", "gap_max")  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, motif_len: int = 8, gap_min: int = 100, gap_max: int = 200, noise: str = "lower",
                  group_bin: int = 25):

@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from ropelab.errors import require, require_int
+from ropelab.core.errors import require, require_int
 from tasks.base import PAD, Task
 
 UNK = "<unk>"
@@ -67,7 +67,7 @@ def encode(data: bytes) -> np.ndarray:
 
 class CodeLM(Task):
     group_name = "window"
-    length_knobs = ("window",)  # scaled by ropelab.extrapolate
+    length_knobs = ("window",)  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, window: int = 128, val_percent: int = 5, test_percent: int = 5, root: str | None = None):
         require_int(window, "task.window", 1)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropelab.errors import require, require_int
+from ropelab.core.errors import require, require_int
 from tasks.base import BOS, PAD, Task, pack
 
 OPEN, CLOSE = "([{", ")]}"
@@ -26,7 +26,7 @@ OPEN, CLOSE = "([{", ")]}"
 
 class Dyck3(Task):
     group_name = "depth"
-    length_knobs = ("len_min", "len_max")  # scaled by ropelab.extrapolate
+    length_knobs = ("len_min", "len_max")  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, depth_min: int = 1, depth_max: int = 8, len_min: int = 8, len_max: int = 48):
         require_int(depth_min, "task.depth_min", 1)

@@ -21,13 +21,13 @@ import string
 
 import numpy as np
 
-from ropelab.errors import require, require_int
+from ropelab.core.errors import require, require_int
 from tasks.base import BOS, PAD, Task, pack
 
 
 class GlobalCounting(Task):
     group_name = "length"
-    length_knobs = ("len_min", "len_max")  # scaled by ropelab.extrapolate
+    length_knobs = ("len_min", "len_max")  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, len_min: int = 16, len_max: int = 64, n_symbols: int = 4, max_count: int = 128,
                  group_bin: int = 8):

@@ -36,7 +36,7 @@ knobs, bit for bit. ``len_min=5 len_max=10 shift_max=2 n_letters=13`` (rung 2 be
     string over A…M   src  shift  answer (E is one right of G)
 
 ``rung`` labels a rung of the size ladder ``RUNGS`` (4 = the paper's sizes; null, the default, outside the
-ladder). The ladder presets set every size from it (``${ladder:len_min}``: ropelab.config), and the task checks
+ladder). The ladder presets set every size from it (``${ladder:len_min}``: ropelab.core.schema), and the task checks
 that ``shift_max`` and ``n_letters`` are the rung's (its lengths may be the OOD split's or an extrapolation's).
 The first seed-0 example of each rung (paper format; tests/test_indirect_ladder.py checks them):
 
@@ -52,7 +52,7 @@ import string
 
 import numpy as np
 
-from ropelab.errors import require, require_int
+from ropelab.core.errors import require, require_int
 from tasks.base import BOS, PAD, Task, pack
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
@@ -71,7 +71,7 @@ RUNGS = {
 
 class IndirectIndexing(Task):
     group_name = "length"
-    length_knobs = ("len_min", "len_max")  # scaled by ropelab.extrapolate
+    length_knobs = ("len_min", "len_max")  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, len_min: int = 20, len_max: int = 40, shift_max: int = 15, group_bin: int = 5,
                  format: str = "paper", n_letters: int = len(LETTERS), rung: int | None = None):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropelab.errors import require, require_int
+from ropelab.core.errors import require, require_int
 from tasks.base import BOS, PAD, Task, pack
 
 
@@ -31,7 +31,7 @@ def rounded_mean(values: np.ndarray, length: np.ndarray) -> np.ndarray:
 
 class MeanPooling(Task):
     group_name = "length"
-    length_knobs = ("len_min", "len_max")  # scaled by ropelab.extrapolate
+    length_knobs = ("len_min", "len_max")  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, len_min: int = 8, len_max: int = 64, n_values: int = 10, dist: str = "mixed",
                  group_bin: int = 8):

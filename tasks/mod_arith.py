@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropelab.errors import require, require_int
+from ropelab.core.errors import require, require_int
 from tasks.base import BOS, PAD, Task, pack
 
 
 class ModArith(Task):
     group_name = "terms"
-    length_knobs = ("terms_min", "terms_max")  # scaled by ropelab.extrapolate
+    length_knobs = ("terms_min", "terms_max")  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, modulus: int = 7, terms_min: int = 3, terms_max: int = 3, operand_min: int = 0,
                  operand_max: int = 6):

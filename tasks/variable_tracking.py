@@ -27,7 +27,7 @@ import string
 
 import numpy as np
 
-from ropelab.errors import require, require_int
+from ropelab.core.errors import require, require_int
 from tasks.base import BOS, PAD, Task, pack
 
 NAMES = string.ascii_lowercase + string.ascii_uppercase
@@ -36,7 +36,7 @@ FORMATS = ("equals", "adjacent")  # "x = 3 ," | "x 3"
 
 class VariableTracking(Task):
     group_name = "chain"
-    length_knobs = ("chain_min", "chain_max")  # scaled by ropelab.extrapolate
+    length_knobs = ("chain_min", "chain_max")  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, chain_min: int = 1, chain_max: int = 4, n_distractors: int = 3, n_vars: int = 52,
                  n_values: int = 10, format: str = "equals"):

@@ -36,10 +36,10 @@ def torch_threads_kept():
 
 def train_here(*overrides: str, run_dir: Path) -> dict:
     """Train in this process, as ``python train.py`` does once Hydra has composed the config
-    (``ropelab.train.run``), for tests that need a finished run rather than the command line; returns the
+    (``ropelab.core.train.run``), for tests that need a finished run rather than the command line; returns the
     summary. Saves the 5 s a subprocess spends importing."""
-    from ropelab.config import compose
-    from ropelab.train import run
+    from ropelab.core.config import compose
+    from ropelab.core.train import run
 
     with torch_threads_kept():
         return run(compose(list(overrides)), Path(run_dir))

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from ropelab import calibrate
-from ropelab.calibrate import Rule
+from ropelab.analysis.stats import first_step_at
+from ropelab.experiments import calibrate
+from ropelab.experiments.calibrate import Rule
 
 RULE = Rule(margin=0.05, level=0.9, ceiling=1.0)
 
@@ -26,9 +27,9 @@ def test_state_against_floor_and_ceiling(accs, state):
 
 def test_first_step_at_a_threshold():
     curve = pd.Series([0.1, 0.5, 0.95, 0.8, 0.97], index=[49, 99, 149, 199, 249])
-    assert calibrate.first_step_at(curve, 0.9) == 149
-    assert calibrate.first_step_at(curve, 0.5) == 99
-    assert math.isnan(calibrate.first_step_at(curve, 0.99))
+    assert first_step_at(curve, 0.9) == 149
+    assert first_step_at(curve, 0.5) == 99
+    assert math.isnan(first_step_at(curve, 0.99))
 
 
 def synthetic_runs(grid):

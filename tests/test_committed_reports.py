@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from ropelab import phase, report
+from ropelab.analysis import phase, report
 
 TEXT = (".md", ".csv", ".tex")  # byte for byte; figures by name (their bytes depend on matplotlib's version)
 
@@ -43,10 +43,10 @@ def test_two_builds_of_a_report_are_byte_identical(tmp_path, monkeypatch):
 def test_a_committed_gamma_report_is_not_rewritten_without_its_checkpoints(tmp_path, monkeypatch):
     """Records keep no checkpoints; results/momentum_gamma/report's attention maps came from them: the report
     command without --out refuses (naming --out) instead of dropping them."""
-    from ropelab import momentum_report
+    from ropelab.analysis.report import cli
 
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(momentum_report, "default_ckpt_roots", lambda sweep: [tmp_path / "no_checkpoints"])
+    monkeypatch.setattr(cli, "default_ckpt_roots", lambda sweep: [tmp_path / "no_checkpoints"])
     before = (ROOT / "results" / "momentum_gamma" / "report" / "report.md").read_bytes()
     with pytest.raises(SystemExit, match=r"rewriting it would drop them; write elsewhere with --out DIR"):
         report.main(["results/momentum_gamma"])
@@ -56,7 +56,7 @@ def test_a_committed_gamma_report_is_not_rewritten_without_its_checkpoints(tmp_p
 @pytest.mark.slow
 def test_the_committed_momentum_freqs_report_is_what_its_readme_commands_write(tmp_path, monkeypatch):
     """results/momentum_freqs/README.md: the report and the momentum report, both without attention maps."""
-    from ropelab import momentum_report
+    from ropelab.analysis import momentum_report
 
     monkeypatch.chdir(ROOT)
     out = tmp_path / "report"

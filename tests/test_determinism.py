@@ -17,10 +17,10 @@ from conftest import HANG_GUARD_S, ROOT, run_train, torch_threads_kept
 def first_step_fingerprint(threads: int) -> dict:
     """The default run's first training step (bio_rotation, spectral, seed 0, precision auto) as Lightning takes
     it: its loss and a digest of the loss and every gradient."""
-    from ropelab import machine
-    from ropelab.build import build
-    from ropelab.config import compose
-    from ropelab.data import TrainStream
+    from ropelab.core import machine
+    from ropelab.core.build import build
+    from ropelab.core.config import compose
+    from ropelab.core.data import TrainStream
 
     cfg = compose(["task=bio_rotation", "pos=spectral", "seed=0"])
     built = build(cfg)

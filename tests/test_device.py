@@ -4,9 +4,9 @@ that mixes in a CPU tensor raises, so a forward and backward there would fail wh
 import pytest
 import torch
 
-from ropelab import machine, positional
-from ropelab.build import model_for
-from ropelab.config import compose
+from ropelab.core import machine, positional
+from ropelab.core.build import model_for
+from ropelab.core.config import compose
 
 
 @pytest.mark.parametrize("scheme", positional.names())

@@ -1,4 +1,4 @@
-"""Extending by adding files (README, "Extending"): a scheme is src/ropelab/positional/<name>.py + conf/pos/<name>.yaml,
+"""Extending by adding files (README, "Extending"): a scheme is src/ropelab/core/positional/<name>.py + conf/pos/<name>.yaml,
 a task is tasks/<name>.py + conf/task/<name>.yaml, and nothing else names them."""
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 from conftest import ROOT, TINY, run_train
 
 COPIES = {  # new file: the file it copies, unchanged
-    "src/ropelab/positional/rope_copy.py": "src/ropelab/positional/rope.py",
+    "src/ropelab/core/positional/rope_copy.py": "src/ropelab/core/positional/rope.py",
     "conf/pos/rope_copy.yaml": "conf/pos/rope.yaml",
     "tasks/mod_arith_copy.py": "tasks/mod_arith.py",
     "conf/task/mod_arith_copy.yaml": "conf/task/mod_arith.yaml",

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY, train_here
-from ropelab import extrapolate
-from ropelab.errors import ConfigError
-from ropelab.model import LlamaConfig, build_model
-from ropelab.positional.rope import RoPE
+from ropelab.core.errors import ConfigError
+from ropelab.core.model import LlamaConfig, build_model
+from ropelab.core.positional.rope import RoPE
+from ropelab.experiments import extrapolate
 
 HEAD_DIM, HEADS, L0 = 32, 4, 64
 
@@ -192,7 +192,7 @@ def test_command_writes_the_table_and_the_figure(tiny_runs, tmp_path, capsys):
 
 
 def test_the_fine_tune_preset_starts_from_the_pretraining_job_of_its_scheme_and_seed(tmp_path, monkeypatch):
-    from ropelab import config
+    from ropelab.core import build, config
 
     monkeypatch.chdir(tmp_path)  # a folder without the pretraining runs
 
@@ -203,4 +203,4 @@ def test_the_fine_tune_preset_starts_from_the_pretraining_job_of_its_scheme_and_
     assert cfg.task.window == 4 * config.compose(["experiment=extrapolation_code_lm"]).task.window
     with pytest.raises(ConfigError, match=r"^init_from='runs/extrapolation_code_lm/pos=rope,seed=2,task=code_lm' is "
                                           r"invalid: a run folder with checkpoints/last.ckpt"):
-        config.check_config(cfg)  # refused in one line, before anything trains
+        build.check_config(cfg)  # refused in one line, before anything trains

@@ -13,11 +13,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import HANG_GUARD_S, ROOT, TINY, run_train
-from ropelab import config, runs
-from ropelab.cli import axis_values
-from ropelab.config import check_config
-from ropelab.errors import ConfigError
-from ropelab.train import FINAL_METRICS, _check_single_run_of_preset
+from ropelab.core import config, runs
+from ropelab.core.build import check_config
+from ropelab.core.cli import axis_values
+from ropelab.core.errors import ConfigError
+from ropelab.core.train import FINAL_METRICS, _check_single_run_of_preset
 
 CONF = str(ROOT / "conf")
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -226,7 +226,7 @@ def test_a_preset_job_without_m_trains_the_presets_task(tmp_path):
 # ------------------------------------------------------------------------- quiet output
 
 def test_harmless_warnings_are_silenced_and_real_ones_kept():
-    code = ("import warnings, ropelab.train\n"
+    code = ("import warnings, ropelab.core.train\n"
             "warnings.warn(\"`isinstance(treespec, LeafSpec)` is deprecated, use …\", FutureWarning)\n"
             "warnings.warn(\"\\n'hydra/launcher/joblib' is validated against ConfigStore schema with the same name.\")\n"
             "warnings.warn('a real warning')\n"

@@ -1,4 +1,4 @@
-"""ropelab.freq_usage: mean q / k norm per frequency channel and layer of a trained run (issue 11)."""
+"""ropelab.analysis.freq_usage: mean q / k norm per frequency channel and layer of a trained run (issue 11)."""
 
 import csv
 
@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import TINY, train_here
-from ropelab import freq_usage
-from ropelab.model import LlamaConfig, build_model
+from ropelab.analysis import freq_usage
+from ropelab.core.model import LlamaConfig, build_model
 
 TWO_LAYERS = [o for o in TINY if not o.startswith("model.n_layers")] + ["model.n_layers=2"]
 

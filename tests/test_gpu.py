@@ -17,10 +17,10 @@ import torch  # noqa: E402
 
 import tasks  # noqa: E402
 from conftest import TINY  # noqa: E402
-from ropelab import config, machine, positional  # noqa: E402
-from ropelab.build import model_for  # noqa: E402
-from ropelab.data import draw  # noqa: E402
-from ropelab.lit import LitLM  # noqa: E402
+from ropelab.core import config, machine, positional  # noqa: E402
+from ropelab.core.build import model_for  # noqa: E402
+from ropelab.core.data import draw  # noqa: E402
+from ropelab.core.lit import LitLM  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -95,7 +95,7 @@ def test_the_device_computes_what_the_cpu_computes(device, scheme):
 
 def test_a_run_through_hydra_and_lightning_on_the_device(device, tmp_path):
     """train.run with trainer.accelerator=<device>, precision auto: completes, and summary.json says where it ran."""
-    from ropelab.train import run
+    from ropelab.core.train import run
 
     accelerator = "cuda" if device == "cuda" else "cpu"
     cfg = config.compose([*TINY, "pos=spectral", "trainer.max_steps=3", "trainer.val_every=2",
@@ -112,7 +112,7 @@ def test_a_run_through_hydra_and_lightning_on_the_device(device, tmp_path):
 
 
 def test_the_bench_runs_on_the_device(device, tmp_path):
-    from ropelab import bench
+    from ropelab.experiments import bench
 
     out = tmp_path / "bench.json"
     result = bench.main(["--quick", "--silent", "--device", device, "--schemes", "rope", "alibi", "--out", str(out)])

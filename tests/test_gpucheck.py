@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from conftest import HANG_GUARD_S, ROOT
-from ropelab import positional
+from ropelab.core import positional
 
 
 def test_gpu_check_forced_to_the_cpu_runs_every_step(tmp_path):

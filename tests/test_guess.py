@@ -1,10 +1,10 @@
-"""The guess floor (ropelab.guess): exact where the task's structure fixes it."""
+"""The guess floor (ropelab.analysis.guess): exact where the task's structure fixes it."""
 
 import numpy as np
 import pytest
 
+from ropelab.analysis.guess import context_guess_accuracy, group_mode_accuracy, guess_accuracy
 import tasks
-from ropelab.guess import context_guess_accuracy, group_mode_accuracy, guess_accuracy
 from tasks.base import IGNORE, Task
 
 

@@ -132,8 +132,8 @@ def test_a_bad_format_is_one_line():
 
 @pytest.mark.parametrize("delta_init", ["zero", "uniform"])
 def test_pope_delta_init_by_config(delta_init):
-    from ropelab.build import build
-    from ropelab.config import compose
+    from ropelab.core.build import build
+    from ropelab.core.config import compose
 
     assert OmegaConf.load(ROOT / "conf/pos/pope.yaml").delta_init == "zero", "the default: zero helps length " \
         "generalisation (paper)"

@@ -14,11 +14,12 @@ from omegaconf import OmegaConf
 import tasks
 import tasks.indirect_indexing as ii
 from conftest import ROOT, TINY, train_here
-from ropelab import calibrate, extrapolate
-from ropelab.config import check_config, compose
-from ropelab.data import TRAIN_SET_CHUNK, FixedTrainSet, TaskDataModule, compact_dtype, draw, draw_train_set
-from ropelab.errors import ConfigError
-from ropelab.guess import context_guess_accuracy, guess_accuracy
+from ropelab.experiments import calibrate, extrapolate
+from ropelab.core.build import check_config
+from ropelab.core.config import compose
+from ropelab.core.data import TRAIN_SET_CHUNK, FixedTrainSet, TaskDataModule, compact_dtype, draw, draw_train_set
+from ropelab.core.errors import ConfigError
+from ropelab.analysis.guess import context_guess_accuracy, guess_accuracy
 from tasks.base import IGNORE
 
 DOC_RUNG = re.compile(r"^\s+rung (\d)\s+len (\d+)–(\d+),\s+shift ±(\d+),\s+(\d+) letters.*OOD (\d+)–(\d+)\s+(\S.*)$")
@@ -215,8 +216,8 @@ def test_a_run_trains_on_a_fixed_set(tmp_path):
 
 def test_a_ladder_reports_columns_by_scheme_and_rung(tmp_path):
     """pope_ladder's records: the rung's sizes follow task.rung, so a column is 'rope rung=1', not its sizes."""
-    from ropelab.report.sweep import Sweep
-    from ropelab.stats import Landmarks
+    from ropelab.analysis.report.sweep import Sweep
+    from ropelab.analysis.stats import Landmarks
 
     for pos in ("rope", "pope"):
         for rung in (1, 2):

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import yaml
 
-from ropelab import learning_speed
+from ropelab.analysis import learning_speed
 
 
 def write_run(folder, scheme, seed, val_acc, ood_acc):

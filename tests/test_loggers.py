@@ -3,7 +3,7 @@
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-from ropelab.loggers import RunCSVLogger, truncate_metrics
+from ropelab.core.loggers import RunCSVLogger, truncate_metrics
 
 # what a run logs: training rows every step, validation rows (a new metric widens the header), test rows
 STEPS = [({"train/loss": torch.tensor(2.5 - s / 7), "train/lr": 1e-4 * (s + 1), "epoch": 0}, s) for s in range(7)]

@@ -10,12 +10,14 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from conftest import ROOT
-from ropelab import config, locality
-from ropelab import momentum_report as mr
-from ropelab.errors import ConfigError
-from ropelab.model import LlamaConfig, build_model
-from ropelab.positional.rotary import inverse_frequencies
-from ropelab.stats import t975
+from ropelab.analysis import momentum_report as mr
+from ropelab.analysis.report import gamma as momentum
+from ropelab.analysis.report.momentum import attention_section
+from ropelab.analysis.stats import t975
+from ropelab.core import config, locality
+from ropelab.core.errors import ConfigError
+from ropelab.core.model import LlamaConfig, build_model
+from ropelab.core.positional.rotary import inverse_frequencies
 
 CONF = ROOT / "conf"
 
@@ -124,7 +126,7 @@ def _values(acc=ACC):
 
 
 def test_degradation_per_task_and_averages():
-    d = mr.degradation(_values())
+    d = momentum.degradation(_values())
     assert d.per_task["assoc_recall"].mean == pytest.approx(25) and d.per_task["assoc_recall"].sd == pytest.approx(0)
     gc = d.per_task["global_counting"]
     assert (gc.mean, gc.sd, gc.n) == (pytest.approx(10), pytest.approx(10), 3)
@@ -146,11 +148,11 @@ def test_degradation_per_task_and_averages():
 def test_degradation_pairs_by_seed_and_drops_incomplete_seeds():
     values = _values()
     values = values[~((values["task"] == "mean_pooling") & (values["gamma"] == 2.0) & (values["seed"] == 2))]
-    d = mr.degradation(values)
+    d = momentum.degradation(values)
     assert d.per_task["mean_pooling"].n == 2 and d.per_task["global_counting"].n == 3
     assert d.seeds["∫ tasks"] == [0, 1] and d.mean_of_drops["∫ tasks"].mean == pytest.approx(12.5)
     one_gamma = values[values["gamma"] == 0.0]
-    assert mr.degradation(one_gamma).per_task == {}
+    assert momentum.degradation(one_gamma).per_task == {}
 
 
 # ------------------------------------------------------------------------------ γ verdicts on synthetic curves
@@ -173,7 +175,7 @@ def _curve(means, noise=NOISE):
     ([0.50, 0.50, 0.51, 0.49, 0.50, 0.50], "flat"),
 ])
 def test_gamma_verdicts_on_synthetic_curves(means, label):
-    v = mr.gamma_verdict(_curve(means))
+    v = momentum.gamma_verdict(_curve(means))
     assert v.label == label, v.reason
     if label == "inverted U":
         assert v.peak == 0.5
@@ -183,18 +185,18 @@ def test_gamma_verdicts_on_synthetic_curves(means, label):
 def test_gamma_verdict_needs_the_spread_not_the_means():
     # the means rise by 5 points per step, but the seeds disagree in sign: no trend is shown
     spread = {g: {0: 0.5 + 0.2 * i / 5, 1: 0.5 - 0.15 * i / 5, 2: 0.5 + 0.1 * i / 5} for i, g in enumerate(GAMMAS)}
-    assert mr.gamma_verdict(spread).label == "no clear change"
+    assert momentum.gamma_verdict(spread).label == "no clear change"
     # mean Δ is 0 at every γ but the seeds scatter by ±10 points: not "flat"
     wide = {g: ({0: 0.5, 1: 0.5, 2: 0.5} if g == 0 else {0: 0.6, 1: 0.4, 2: 0.5}) for g in GAMMAS}
-    v = mr.gamma_verdict(wide)
+    v = momentum.gamma_verdict(wide)
     assert v.label == "no clear change" and "flatness not shown" in v.reason
-    assert mr.gamma_verdict(wide, margin=0.5).label == "flat"
+    assert momentum.gamma_verdict(wide, margin=0.5).label == "flat"
     # a consistent jump at γ = 0.3 with seeds that disagree on the trend afterwards: "other"
     other = {0.0: {0: 0.5, 1: 0.5, 2: 0.5}, 0.3: {0: 0.6, 1: 0.6, 2: 0.6},
              **{g: {0: 0.9, 1: 0.3, 2: 0.6} for g in GAMMAS[2:]}}
-    v = mr.gamma_verdict(other)
+    v = momentum.gamma_verdict(other)
     assert v.label == "other" and "0.3" in v.reason
-    assert mr.gamma_verdict({0.0: {0: 0.5}, 2.0: {0: 0.7}}).label == "too few seeds"
+    assert momentum.gamma_verdict({0.0: {0: 0.5}, 2.0: {0: 0.7}}).label == "too few seeds"
 
 
 # ------------------------------------------------------------------------------ sharpening on synthetic attention
@@ -251,7 +253,7 @@ def _fake_sweep(root, tasks=("assoc_recall", "mean_pooling"), gammas=(0.0, 0.5, 
                     (job / "summary.json").write_text(json.dumps({"status": "completed", "steps": 10, "task": task,
                                                                   "pos": "rope", "seed": s, "final": {"val/acc": acc}}))
                     if checkpoints:
-                        from ropelab.attention_maps import model_from_config
+                        from ropelab.analysis.attention_maps import model_from_config
 
                         torch.manual_seed(s)
                         model, _ = model_from_config(cfg)
@@ -267,10 +269,10 @@ def test_momentum_report_on_a_tiny_record_set(tmp_path):
     md = path.read_text()
     # degradation: assoc_recall gains (negative drop), mean_pooling drops 0.05 / 0.5 = 10 % (seed 0), 0.05/0.51 (seed 1)
     assert "Degradation γ = 0 → 2" in md and "geometric" in md
-    from ropelab.report import Sweep
-    from ropelab.stats import Landmarks
+    from ropelab.analysis.report import Sweep
+    from ropelab.analysis.stats import Landmarks
 
-    d = mr.degradation(mr.seed_table(Sweep(sweep, Landmarks())).query("group == 'freqs=geometric'"))
+    d = momentum.degradation(momentum.seed_table(Sweep(sweep, Landmarks())).query("group == 'freqs=geometric'"))
     assert d.per_task["mean_pooling"].mean == pytest.approx(100 * np.mean([0.05 / 0.5, 0.05 / 0.51]))
     assert d.per_task["assoc_recall"].mean < 0
     assert "9.8" in md  # the paper's geometric value beside ours
@@ -286,9 +288,9 @@ def test_momentum_report_on_a_tiny_record_set(tmp_path):
 
 def test_a_record_keeps_the_sharpening_number_the_report_rebuilds_without_checkpoint(tmp_path, tiny):
     from conftest import train_here
-    from ropelab import attention_maps
-    from ropelab.report import Sweep
-    from ropelab.stats import Landmarks
+    from ropelab.analysis import attention_maps
+    from ropelab.analysis.report import Sweep
+    from ropelab.analysis.stats import Landmarks
 
     run = tmp_path / "sweep" / "pos.momentum.gamma=0.5,pos=rope,seed=0,task=assoc_recall"
     summary = train_here(*tiny, "task=assoc_recall", "pos.momentum.gamma=0.5", "trainer.max_steps=4",
@@ -302,8 +304,8 @@ def test_a_record_keeps_the_sharpening_number_the_report_rebuilds_without_checkp
     import shutil
 
     shutil.rmtree(run / "checkpoints")  # a record: no checkpoint
-    table = mr.seed_table(Sweep(tmp_path / "sweep", Landmarks()))
-    md, masses = mr.attention_section(table, tmp_path / "out", 80, k=locality.K, layer=0, n_examples=8, ckpt_roots=[])
+    table = momentum.seed_table(Sweep(tmp_path / "sweep", Landmarks()))
+    md, masses = attention_section(table, tmp_path / "out", 80, k=locality.K, layer=0, n_examples=8, ckpt_roots=[])
     assert masses == {("assoc_recall", 0.5): {0: kept["local_mass"]}}
     assert "Attention sharpening" in md[0]
 
@@ -318,7 +320,7 @@ def test_freqs_sweep_report_has_a_row_per_profile(tmp_path):
 
 
 def test_the_sweep_report_carries_the_momentum_section(tmp_path):
-    from ropelab import report
+    from ropelab.analysis import report
 
     sweep = _fake_sweep(tmp_path / "momentum_gamma", tasks=("mean_pooling",))
     md = (report.write_report(sweep, tmp_path / "out", attention=False) / "report.md").read_text()
@@ -339,7 +341,7 @@ def test_make_momentum_runs_both_sweeps_then_reports_from_the_records():
 
 def test_a_task_no_gamma_lifts_above_its_guess_floor_is_not_learned():
     at_floor = {0.0: {0: 0.25, 1: 0.26}, 1.0: {0: 0.24, 1: 0.27}, 2.0: {0: 0.29, 1: 0.25}}
-    assert mr.gamma_verdict(at_floor, margin=0.05, floor=0.25).label == "not learned"
-    assert mr.gamma_verdict(at_floor, margin=0.05, floor=0.10).label != "not learned"   # 15 pts above a lower floor
+    assert momentum.gamma_verdict(at_floor, margin=0.05, floor=0.25).label == "not learned"
+    assert momentum.gamma_verdict(at_floor, margin=0.05, floor=0.10).label != "not learned"   # 15 pts above a lower floor
     learned_once = {**at_floor, 2.0: {0: 0.60, 1: 0.62}}
-    assert mr.gamma_verdict(learned_once, margin=0.05, floor=0.25).label == "monotone gain"
+    assert momentum.gamma_verdict(learned_once, margin=0.05, floor=0.25).label == "monotone gain"

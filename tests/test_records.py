@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from conftest import TINY, run_train
-from ropelab import phase, report, runs
-from ropelab.stats import Landmarks, estimate, onset_step, paired_difference, t975
+from ropelab.analysis import phase, report
+from ropelab.analysis.stats import Landmarks, estimate, onset_step, paired_difference, t975
+from ropelab.core import runs
 
 SWEEP = ["-m", *TINY, "trainer.max_steps=3", "trainer.val_every=3", "name=tbl", "pos=rope,spectral", "seed=0"]
 
@@ -100,15 +101,16 @@ def test_onset_precedes_lockin_on_the_same_curve():
     curve = plateau_then_fall(150)
     smoothed = curve.rolling(10, min_periods=1).mean()
     rule = Landmarks()
-    from ropelab.stats import lockin_step
+    from ropelab.analysis.stats import lockin_step
     assert onset_step(curve, rule) < lockin_step(smoothed, rule)
 
 
 def test_t_interval_and_paired_difference_on_known_numbers():
     est = estimate([1.0, 2.0, 3.0])
     assert est.mean == 2.0 and est.sd == 1.0 and est.n == 3
-    assert est.half_width == pytest.approx(4.303 / math.sqrt(3))
-    assert t975(2) == 4.303 and t975(1000) == 1.96
+    assert est.half_width == pytest.approx(4.303 / math.sqrt(3), rel=1e-4) == t975(2) / math.sqrt(3)
+    assert t975(2) == pytest.approx(4.3027, abs=1e-4) and t975(30) == pytest.approx(2.0423, abs=1e-4)
+    assert t975(31) == pytest.approx(2.0395, abs=1e-4) and t975(1000) == pytest.approx(1.9623, abs=1e-4)  # not 1.96
     diff = paired_difference({0: 5.0, 1: 7.0, 2: 6.0, 3: 1.0}, {0: 4.0, 1: 5.0, 2: 3.0})  # seed 3 unpaired
     assert (diff.mean, diff.n) == (2.0, 3) and diff.excludes_zero() is False
     tight = paired_difference({0: 1.0, 1: 1.1, 2: 0.9}, {0: 0.0, 1: 0.0, 2: 0.0})

@@ -3,7 +3,7 @@ a Markdown cell escaped, LaTeX's special characters and the cells' symbols escap
 
 import pandas as pd
 
-from ropelab.report import latex_table, markdown_table
+from ropelab.analysis.report import latex_table, markdown_table
 
 CELLS = pd.DataFrame({"rope": ["0.391 ± 0.026 (n=3) ⚠ 1 failed", "a|b"], "γ=0.5 pos_x": ["—", 100.0]},
                      index=["bio_rotation", "mod_arith"])

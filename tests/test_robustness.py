@@ -9,11 +9,12 @@ import pytest
 
 import tasks
 from conftest import TINY, run_train, train_here
-from ropelab import runs
-from ropelab.callbacks import KillAtStep
-from ropelab.config import check_config, compose
-from ropelab.data import SPLITS, TaskDataModule, draw, split_seed
-from ropelab.errors import ConfigError
+from ropelab.core import runs
+from ropelab.core.build import check_config
+from ropelab.core.callbacks import KillAtStep
+from ropelab.core.config import compose
+from ropelab.core.data import SPLITS, TaskDataModule, draw, split_seed
+from ropelab.core.errors import ConfigError
 
 
 def composed(*overrides):

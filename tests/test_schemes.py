@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ropelab import positional
-from ropelab.errors import ConfigError
-from ropelab.model import LlamaConfig, build_model
-from ropelab.positional.alibi import alibi_slopes
-from ropelab.positional.momentum import gain_squared, momentum
-from ropelab.positional.rotary import inverse_frequencies
+from ropelab.core import positional
+from ropelab.core.errors import ConfigError
+from ropelab.core.model import LlamaConfig, build_model
+from ropelab.core.positional.alibi import alibi_slopes
+from ropelab.core.positional.momentum import gain_squared, momentum
+from ropelab.core.positional.rotary import inverse_frequencies
 
 H, D, T = 4, 16, 12
 CFG = LlamaConfig(vocab_size=11, max_len=32, d_model=H * D, n_layers=2, n_heads=H, mlp_hidden=64)

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from ropelab import positional
-from ropelab.model import LlamaConfig, build_model
+from ropelab.core import positional
+from ropelab.core.model import LlamaConfig, build_model
 
 H, D, T = 4, 32, 24
 

@@ -1,4 +1,4 @@
-"""The smoke matrix (``ropelab.smoke``): every task × every scheme builds and takes one finite training step, and
+"""The smoke matrix (``ropelab.experiments.smoke``): every task × every scheme builds and takes one finite training step, and
 at the default config the loss before that step is the one committed in results/smoke/smoke.json.
 
 The committed matrix was written by the pre-refactor code (f9b4601, issue 14) and is bit-identical to today's on the
@@ -12,8 +12,8 @@ import pytest
 
 import tasks
 from conftest import ROOT
-from ropelab import positional
-from ropelab.smoke import TINY, one_step
+from ropelab.core import positional
+from ropelab.experiments.smoke import TINY, one_step
 
 COMMITTED = json.loads((ROOT / "results" / "smoke" / "smoke.json").read_text())
 ULPS = 1e-5  # a few float32 ulps at a loss of ~5: other kernels, same math

@@ -1,4 +1,4 @@
-"""Spectral surgery (ropelab.surgery): the swap leaves outputs unchanged, gradients reach Ω, A, Φ, freezing and
+"""Spectral surgery (ropelab.core.surgery): the swap leaves outputs unchanged, gradients reach Ω, A, Φ, freezing and
 bifocal fractions work — for our Llama and for transformers' LlamaForCausalLM (tiny random configs, no hub) —
 and ``train.py init_from=… surgery=spectral`` fine-tunes a finished run.
 
@@ -13,13 +13,14 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY, torch_threads_kept, train_here
-from ropelab.config import check_config, compose
-from ropelab.errors import ConfigError
-from ropelab.model import Llama, LlamaConfig, build_model
-from ropelab.positional.bifocal import Bifocal
-from ropelab.positional.rope import RoPE
-from ropelab.positional.spectral import SpectralRoPE
-from ropelab.surgery import load_weights, spectral_parameters, spectralize
+from ropelab.core.build import check_config
+from ropelab.core.config import compose
+from ropelab.core.errors import ConfigError
+from ropelab.core.model import Llama, LlamaConfig, build_model
+from ropelab.core.positional.bifocal import Bifocal
+from ropelab.core.positional.rope import RoPE
+from ropelab.core.positional.spectral import SpectralRoPE
+from ropelab.core.surgery import load_weights, spectral_parameters, spectralize
 
 HF_TOL_SWAP = 1e-6  # HF logits before vs after the swap
 HF_TOL_OURS = 1e-5  # HF vs our model on the same weights (different RMSNorm kernels; 0 observed)
@@ -206,7 +207,7 @@ def test_hf_swap_keeps_the_attention_scaling(hf):
 def test_hf_matches_our_model_before_and_after_the_swap(hf):
     """The HF hook applies Ω, A, Φ per head as our scheme does: with the same weights and the same perturbed
     Ω, A, Φ (query-side Φ), HF and our model give the same logits."""
-    from ropelab.surgery import to_hf
+    from ropelab.core.surgery import to_hf
 
     ours, idx = tiny(), tokens()
     theirs = to_hf(ours)
@@ -309,8 +310,8 @@ def test_init_from_and_surgery_by_config(tmp_path):
 
 
 def test_sawtooth_statistics():
-    from ropelab.stats import binomial_two_sided, sawtooth
-    from ropelab.surgery_experiment import untrained_phase
+    from ropelab.analysis.stats import binomial_two_sided, sawtooth
+    from ropelab.experiments.surgery.phase import untrained_phase
 
     saw = sawtooth(1e-3 * (-1.0) ** torch.arange(16).repeat(4, 1).numpy(), permutations=2000)
     assert saw["alternation"] == 1.0 and saw["permutation_p"] < 0.01 and saw["lag1_autocorrelation"] < -0.9
@@ -325,10 +326,10 @@ def test_surgery_experiment_runs_and_reports(tmp_path):
     """The whole experiment on a tiny model: pretrain, swap check, three arms, report (not its numbers)."""
     import json
 
-    from ropelab import surgery_experiment
+    from ropelab.experiments import surgery as surgery_experiment
 
     out = tmp_path / "out"
-    with torch_threads_kept():  # in this process: the experiment trains through ropelab.train.run itself
+    with torch_threads_kept():  # in this process: the experiment trains through ropelab.core.train.run itself
         surgery_experiment.main(["--tiny", "--pretrain-steps", "6", "--finetune-steps", "4",
                                  "--runs", str(tmp_path / "runs"), "--out", str(out)])
     data = json.loads((out / "surgery.json").read_text())

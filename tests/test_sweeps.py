@@ -17,10 +17,11 @@ from hydra import compose, initialize_config_dir
 
 import tasks
 from conftest import HANG_GUARD_S, ROOT, TINY, run_train, wandb_records
-from ropelab import attention_maps, positional, report
-from ropelab.cli import axis_values
-from ropelab.model import LlamaConfig, build_model
-from ropelab.stats import Landmarks, lockin_step
+from ropelab.analysis import attention_maps, report
+from ropelab.analysis.stats import Landmarks, lockin_step
+from ropelab.core import positional
+from ropelab.core.cli import axis_values
+from ropelab.core.model import LlamaConfig, build_model
 
 CONF = ROOT / "conf"
 CALIBRATIONS = sorted(p.stem for p in (CONF / "experiment").glob("calibrate_*.yaml"))  # budget grids, not tables
@@ -122,7 +123,7 @@ def test_preset_task_and_scheme_choices_exist():
 def test_preset_jobs_pass_the_config_check(preset):
     """Every value of every axis, with the other axes at their first value, composes and passes check_config
     (which builds the task and the scheme): a preset cannot set a key that some job's scheme refuses."""
-    from ropelab import config
+    from ropelab.core import build, config
 
     axes = {k: [str(v) for v in axis_values(k, vals)]
             for k, vals in _compose(f"experiment={preset}").hydra.sweeper.params.items()}
@@ -138,7 +139,7 @@ def test_preset_jobs_pass_the_config_check(preset):
         jobs.add(("task=code_lm", "pos=rope", "seed=0", "pos.scaling=yarn", "pos.scaling_factor=4",
                   "pos.original_max_len=128"))
     for job in sorted(jobs):
-        config.check_config(config.compose([f"experiment={preset}", *job, *extra]))
+        build.check_config(config.compose([f"experiment={preset}", *job, *extra]))
 
 
 @pytest.mark.filterwarnings(r"ignore:\s*'hydra/launcher/joblib' is validated")  # conf/ shadows the plugin's, on purpose
@@ -167,7 +168,7 @@ from hydra.core.hydra_config import HydraConfig
 
 @hydra.main(config_path=sys.argv.pop(1), config_name="config", version_base="1.3")
 def app(cfg):
-    from ropelab.train import _threads  # imported in the worker only
+    from ropelab.core.train import _threads  # imported in the worker only
 
     out = Path(HydraConfig.get().runtime.output_dir) / "threads.json"
     out.write_text(json.dumps({"threads": _threads(cfg), "pid": os.getpid(),
@@ -180,7 +181,7 @@ if __name__ == "__main__":
 
 
 def test_joblib_jobs_see_hydra_config_and_split_the_cores(tmp_path):
-    """In a joblib worker, HydraConfig is set, so ropelab.train._threads gives each job cores // n_jobs threads."""
+    """In a joblib worker, HydraConfig is set, so ropelab.core.train._threads gives each job cores // n_jobs threads."""
     app = tmp_path / "app.py"
     app.write_text(JOBLIB_APP)
     result = subprocess.run([sys.executable, str(app), str(CONF), "-m", "hydra/launcher=joblib", "seed=0,1",

@@ -7,13 +7,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import ROOT, TINY, run_train
-from ropelab import runs
-from ropelab.callbacks import KillAtStep
-from ropelab.train import INTERRUPTED_EXIT, record_plan
+from ropelab.core import runs
+from ropelab.core.callbacks import KillAtStep
+from ropelab.core.train import INTERRUPTED_EXIT, record_plan
 
 
 def plan(*overrides, sweep=True):
-    """Where ropelab.train.main would record the job these command-line overrides make (the overrides are that
+    """Where ropelab.core.train.main would record the job these command-line overrides make (the overrides are that
     job's, as Hydra hands them to it), and why not."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides), return_hydra_config=True)

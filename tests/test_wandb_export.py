@@ -53,7 +53,7 @@ def test_two_records_and_the_report_become_three_offline_runs(tmp_path):
 
 
 def test_a_folder_without_records_is_one_line(tmp_path):
-    from ropelab import wandb_export
+    from ropelab.experiments import wandb_export
 
     with pytest.raises(SystemExit) as refused:
         wandb_export.main([str(tmp_path)])

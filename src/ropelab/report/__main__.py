@@ -1,5 +1,5 @@
 import sys
 
-from ropelab.report.cli import main
+from ropelab.analysis.report.cli import main
 
 sys.exit(main())

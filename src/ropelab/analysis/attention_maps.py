@@ -1,0 +1,62 @@
+"""Attention weights of a trained run, from the model's own attention blocks (for the report's maps).
+
+``Llama`` calls fused SDPA, which never materialises the weights; each attention block can return them
+instead (``need_weights=True``: explicit scores · 1/√head_dim + the scheme's mask → softmax, after the
+scheme's transform and momentum, ``ropelab.core.model.Attention``), and here the blocks are run that way, layer by
+layer. ``attention_output`` sets a block's output from those weights beside its fused output, so a test can
+check that the two agree. The model comes from the run's own config through ``ropelab.core.build``.
+
+    weights, tokens = run_attention("runs/momentum_gamma/pos.momentum.gamma=0.5,pos=rope,seed=0,task=assoc_recall")
+    weights.shape  # (layers, heads, T, T), first validation example, padding cropped
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+import yaml
+
+from ropelab.core.locality import attention_weights, validation_example
+from ropelab.core.model import Llama
+
+
+@torch.no_grad()
+def attention_output(model: Llama, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a layer's attention output computed from its weights, the same block's fused-SDPA output)."""
+    x, ctx, mask = model.inputs(idx)
+    for block in model.blocks[:layer]:
+        x = block(x, model.pos, ctx, mask)
+    block = model.blocks[layer]
+    h = block.attn_norm(x)
+    return block.attn(h, model.pos, ctx, mask, need_weights=True)[0], block.attn(h, model.pos, ctx, mask)
+
+
+def model_from_config(cfg: Mapping[str, Any]) -> tuple[Llama, Any]:
+    """The untrained model and in-distribution task that ``ropelab.core.train.run`` builds for a run's saved config
+    (``init_from``'s weights left out: a checkpoint goes over them)."""
+    from ropelab.core.build import build
+    from ropelab.core.config import record_config
+
+    built = build(record_config(cfg), for_checkpoint=True)
+    return built.model, built.task
+
+
+def load_run_model(run_dir: str | Path, checkpoint: str = "checkpoints/last.ckpt") -> tuple[Llama, Any, dict]:
+    """(model with the checkpoint's weights, task, config) of a run folder."""
+    run_dir = Path(run_dir)
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    model, task = model_from_config(cfg)
+    state = torch.load(run_dir / checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+    model.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
+    return model.eval(), task, cfg
+
+
+def run_attention(run_dir: str | Path, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(weights (layers, heads, T, T), input tokens (T,)) of a run's trained model on one validation example."""
+    model, task, cfg = load_run_model(run_dir)
+    inputs, _ = validation_example(cfg, task, index)
+    weights = attention_weights(model, torch.as_tensor(inputs)[None])
+    return weights[0].numpy(), inputs

@@ -1,0 +1,2 @@
+"""The core: what a training run needs (``python train.py``). Imports neither ``ropelab.analysis`` nor
+``ropelab.experiments``."""

@@ -1,0 +1,89 @@
+"""Command-line checks that run before Hydra, so a wrong group choice or a misspelled key is one line.
+
+Hydra's own override parser reads the command line (``choice(…)``, ``range(…)``, quoting, ``+``/``~``), and
+where it refuses an override its message is the error, on one line. Two checks are ours, because Hydra's errors
+come too late or say less: every value of a group axis must name a conf/<group>/<choice>.yaml (Hydra finds a
+missing one only when that sweep job starts, after the others trained), and every ``a.b=v`` must name a key
+(Hydra's error does not list the valid ones).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]  # the checkout: src/ropelab/core/cli.py
+CONF_DIR = REPO / "conf"
+
+
+def group_choices(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def override_values(override) -> list:
+    """The values of one parsed override: a sweep's (``glob(…)`` over a group: the matching conf/<group>/*.yaml,
+    which Hydra expands only when it launches), else the one value."""
+    from hydra.core.override_parser.types import Glob
+
+    if not override.is_sweep_override():
+        return [override.value()]
+    if isinstance(override.value(), Glob):
+        return override.value().filter(group_choices(override.key_or_group))
+    return list(override.sweep_string_iterator())
+
+
+def axis_values(key: str, value) -> list:
+    """The values of ``key=value`` as Hydra reads them (a preset's ``hydra.sweeper.params`` axis, say)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return override_values(OverridesParser.create().parse_override(f"{key}={value}"))
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_overrides(argv: list[str]) -> None:
+    """Exit with one line if an override does not parse, ``group=choice`` names no conf/<group>/<choice>.yaml,
+    or ``a.b=v`` names no key."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:  # flags (-m, --cfg job) and their values are Hydra's
+        overrides = OverridesParser.create().parse_overrides([a for a in argv if "=" in a and not a.startswith("-")])
+    except OverrideParseException as err:
+        _fail(f"{err.override}: " + " ".join(line.strip() for line in err.message.splitlines() if line.strip()))
+    groups, dotted = [], []
+    for override in overrides:
+        key = override.key_or_group
+        if override.is_add() or override.is_force_add() or override.is_delete() or key.startswith("hydra"):
+            continue
+        if "." not in key and "/" not in key and (CONF_DIR / key).is_dir():
+            values = override_values(override)
+            if not values or values[0] in (None, ""):  # group=null
+                continue
+            choices = group_choices(key)
+            for choice in values:
+                if choice not in choices:
+                    _fail(f"{key}={choice!r} is unknown: choose one of {', '.join(choices)}")
+            groups.append(f"{key}={values[0]}")
+        elif "." in key:
+            dotted.append(key)
+    if dotted:
+        _check_keys_exist(groups, dotted)
+
+
+def _check_keys_exist(groups: list[str], keys: list[str]) -> None:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=groups)
+    for key in keys:
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        if node is None or not OmegaConf.is_dict(node) or leaf not in node:
+            valid = ", ".join(map(str, node.keys())) if OmegaConf.is_dict(node) else "(none)"
+            _fail(f"{key} is not a known key (add it with +{key}=… if you mean to): valid keys under "
+                  f"{parent or 'the root'} are {valid}")

@@ -1,0 +1,109 @@
+"""What a run ran on, and what that machine does fast: recorded in every summary.json.
+
+``describe()`` gives the CPU model and the flags that decide speed (AVX2, AVX-512, native bf16, AMX), or the
+GPU, plus torch's version and the git commit of the code (with ``dirty`` when the tree had edits), so a
+report can say when one table mixes machines or code versions.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+from ropelab.core.cli import REPO
+
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")
+
+
+@functools.cache
+def cpu() -> dict:
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    except OSError:
+        pass
+    return {"model": model, "flags": [f for f in SPEED_FLAGS if f in flags]}
+
+
+def native_bf16_cpu() -> bool:
+    """bf16 matmuls run in hardware (AVX-512-bf16 or AMX), not in a software path ~27x slower than fp32."""
+    flags = set(cpu()["flags"])
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+@functools.cache
+def git_commit() -> dict:
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        # only code counts as dirty: results/ and runs/ change while sweeps run
+        dirty = bool(git("status", "--porcelain", "--", "src", "tasks", "conf", "train.py"))
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": dirty if commit else None}
+
+
+def describe(accelerator: str = "cpu") -> dict:
+    info = {"cpu": cpu(), "torch": torch.__version__, **git_commit()}
+    if accelerator == "cuda" and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def label(info: dict) -> str:
+    """One short string for a report row: the GPU, or the CPU model and its fastest matmul flag."""
+    if info.get("gpu"):
+        return info["gpu"]
+    flags = info.get("cpu", {}).get("flags", [])
+    best = next((f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags), "no-avx2")
+    return f"{info.get('cpu', {}).get('model', '?')} [{best}]"
+
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
+
+
+def choose(accelerator: str, precision: str) -> tuple[str, str, str]:
+    """(accelerator, precision, why) for ``trainer.accelerator`` / ``trainer.precision``, resolving ``auto``.
+
+    auto precision: bf16-mixed on CUDA and on CPUs with native bf16 (there attention stays fp32, see
+    ``LlamaConfig.attn_fp32``); fp32 elsewhere, where bf16 runs in software and is many times slower."""
+    from ropelab.core.errors import ConfigError
+
+    cuda = torch.cuda.is_available()
+    if accelerator in ("gpu", "cuda") and not cuda:
+        raise ConfigError(f"trainer.accelerator={accelerator} but torch sees no CUDA device: use auto or cpu")
+    device = "cuda" if accelerator in ("gpu", "cuda") or (accelerator == "auto" and cuda) else "cpu"
+    if precision != "auto":
+        return device, precision, "as configured"
+    if device == "cuda":
+        return device, "bf16-mixed", "auto: CUDA"
+    if native_bf16_cpu():
+        return device, "bf16-mixed", f"auto: CPU has native bf16 ({', '.join(cpu()['flags'])})"
+    return device, "32-true", "auto: CPU has no native bf16 (it would run in software)"
+
+
+def choose_compile(setting: bool | str, device: str) -> tuple[bool, str]:
+    """(compile?, why) for ``trainer.compile``: true / false as configured, or ``auto``.
+
+    auto is off on both devices. Measured on the 2-core Xeon (AMX, bf16-mixed, 1 thread, default model): a
+    compiled training step is 1.3x faster, but compiling costs 79 s cold (under load) before the first step and
+    again for evaluation (no grad, batch 128, the OOD length), so a 400-step run does not earn it back
+    (docs/speed.md). On CUDA it is not measured yet: ``make gpu-check`` measures the compiled step and its compile time
+    there (bench row "rope compiled") so this rule can change with numbers, not guesses."""
+    if isinstance(setting, bool):
+        return setting, "as configured"
+    if device == "cuda":
+        return False, "auto: off on CUDA until measured (make gpu-check measures it)"
+    return False, "auto: off on CPU (compiling costs more than it saves in a run of this length, measured)"

@@ -1,0 +1,431 @@
+"""Training entry: ``ropelab.core.train.run(cfg, run_dir)`` and the Hydra ``main`` behind ``python train.py``.
+
+One run: compose config → build task, datamodule, Llama + scheme, LitLM (``ropelab.core.build``) → Lightning fit →
+test/OOD → ``summary.json``. A run folder that already holds a completed summary is skipped, an unfinished one is
+resumed from ``checkpoints/last.ckpt`` (see README, "When things go wrong").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from ropelab.core import locality, machine, runs, sweep_summary
+from ropelab.core.build import Built, build
+from ropelab.core.cli import CONF_DIR
+from ropelab.core.errors import ConfigError
+from ropelab.core.schema import resolved
+
+# Lightning and what needs it are imported by build() and _train(), once the config has passed: a refused
+# ``python train.py`` then exits without Lightning's ≈ 3 s import (ropelab.core.build's docstring)
+
+log = logging.getLogger("ropelab")
+
+OmegaConf.register_new_resolver("ropelab_run_dir", runs.single_run_dir, use_cache=True, replace=True)
+
+
+def _quiet_harmless_warnings() -> None:
+    """Silence what is harmless here, each message by its own text, so that real warnings still show."""
+    # conf/hydra/launcher/joblib.yaml shadows the joblib plugin's config of the same name on purpose (README,
+    # "Launchers"): Hydra warns about it once per composed config
+    warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/joblib' is validated against ConfigStore schema")
+    # lightning's own _pytree builds a LeafSpec, which torch deprecates: nothing ropelab can change
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+
+
+_quiet_harmless_warnings()
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _parallel_jobs() -> int:
+    """Jobs of this sweep that share this machine at once: joblib's n_jobs (-1 or unset: one per core), else 1."""
+    if not HydraConfig.initialized():
+        return 1
+    n_jobs = OmegaConf.select(HydraConfig.get(), "launcher.n_jobs", default=None)
+    if n_jobs in (None, -1) and "joblib" in str(HydraConfig.get().launcher.get("_target_", "")):
+        return _cores()
+    return max(1, int(n_jobs or 1))
+
+
+def _threads(cfg: DictConfig) -> int:
+    if cfg.trainer.threads:
+        return int(cfg.trainer.threads)
+    return max(1, _cores() // _parallel_jobs())  # parallel joblib jobs share the cores instead of oversubscribing
+
+
+class Plan(NamedTuple):
+    action: str                     # skip | fresh | resume
+    why: str = ""                   # for skip: the reason the log and the sweep summary give
+    checkpoint: Path | None = None  # for resume: checkpoints/last.ckpt
+    step: int = 0                   # for resume: the checkpoint's global step
+
+
+def _decide(run_dir: Path, cfg: DictConfig, sweep: bool) -> Plan:
+    """What to do with a run folder, from its summary and checkpoints. ``resume=`` (single runs) must name a
+    folder that holds a checkpoint, or a completed run (skipped); a checkpoint that cannot be read is an error."""
+    summary = runs.read_summary(run_dir) or {}
+    status = summary.get("status")
+    if status == "completed" and not cfg.rerun:
+        return Plan("skip", "already completed (rerun=true trains it again)")
+    if status in ("failed", "diverged") and sweep and not (cfg.retry_failed or cfg.rerun):
+        return Plan("skip", f"{status} before (retry_failed=true runs it again)")
+    last = run_dir / "checkpoints" / "last.ckpt"
+    fresh = status == "completed" or (status in ("failed", "diverged") and (cfg.retry_failed or cfg.rerun))
+    if not fresh and not last.exists() and cfg.get("resume") and not sweep:
+        started = summary or (run_dir / "config.yaml").is_file()
+        raise ConfigError(f"resume={cfg.resume} " + (
+            "holds no checkpoint (checkpoints/last.ckpt): it stopped before its first validation; leave out "
+            "resume= to start afresh" if started else "is not a run folder: nothing to resume"))
+    if fresh or not last.exists():
+        for leftover in ("checkpoints", "metrics.csv", runs.TRACE):
+            path = run_dir / leftover
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        return Plan("fresh")
+    return Plan("resume", checkpoint=last, step=_checkpoint_step(last))
+
+
+def _checkpoint_step(ckpt: Path) -> int:
+    """The global step a checkpoint was saved at; a truncated or corrupt file is a one-line ConfigError."""
+    try:
+        return int(torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"])
+    except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError… depending on the damage
+        target = f" (→ {ckpt.resolve().name})" if ckpt.is_symlink() else ""
+        why = (str(err).splitlines() or [type(err).__name__])[0][:120]
+        raise ConfigError(f"{ckpt}{target} cannot be read, truncated or corrupt ({why}): delete the run folder's "
+                          f"checkpoints/ to train it again from step 0") from None
+
+
+def _last_checkpoint_step(run_dir: Path) -> int | None:
+    """The step a resume of ``run_dir`` would start from, or None without a readable checkpoint."""
+    try:
+        return _checkpoint_step(run_dir / "checkpoints" / "last.ckpt")
+    except (ConfigError, FileNotFoundError):
+        return None
+
+
+def record_dir_of(cfg: DictConfig, run_dir: Path) -> Path | None:
+    """Where a finished job's record lasts: ``<record>/<job folder name>``, or None when ``record`` is unset."""
+    return Path(cfg.record) / Path(run_dir).name if cfg.get("record") else None
+
+
+def trial_overrides(cfg: DictConfig, hc: DictConfig) -> list[str]:
+    """The overrides that make this job none of its preset's own: each one but how-it-runs keys (those left out of
+    job folder names), the preset's sweep axes at one of the values it lists, and its ``record_also`` keys."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ropelab.core.cli import axis_values
+
+    how_it_runs = set(hc.job.config.override_dirname.exclude_keys)
+    axes = {k: {str(v) for v in axis_values(k, values)}
+            for k, values in (OmegaConf.select(hc, "sweeper.params") or {}).items()}
+    outside = []
+    for override in OverridesParser.create().parse_overrides(list(hc.overrides.task)):
+        key = override.key_or_group
+        if key in how_it_runs or key in (cfg.get("record_also") or ()):
+            continue
+        if key in axes and not override.is_sweep_override() and str(override.value()) in axes[key]:
+            continue
+        outside.append(override.input_line)
+    # a grid changed on the command line is no longer the preset's: its jobs are trials whatever their values
+    return outside + [o for o in hc.overrides.hydra if o.startswith("hydra.sweeper.params")]
+
+
+def record_plan(cfg: DictConfig, hc: DictConfig, run_dir: Path, sweep: bool) -> tuple[Path | None, str]:
+    """(where this job's record goes, or None; why it is a trial, if it is). Only a preset's own jobs, launched
+    with -m, land in its ``record`` folder (committed tables hold nothing else); a ``record=`` given on the
+    command line is the user's choice and records every job."""
+    if not cfg.get("record"):
+        return None, ""
+    preset = hc.runtime.choices.get("experiment") or "this config"
+    if "record" in {o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.task}:
+        return record_dir_of(cfg, run_dir), ""
+    if not sweep:
+        return None, f"a single run of experiment={preset} is a trial, not recorded in {cfg.record} (-m records its jobs)"
+    if outside := trial_overrides(cfg, hc):
+        return None, (f"{' '.join(outside)} is outside experiment={preset}'s jobs: a trial, not recorded in "
+                      f"{cfg.record}")
+    return record_dir_of(cfg, run_dir), ""
+
+
+def run(cfg: DictConfig, run_dir: Path, sweep: bool = False, record_dir: Path | None | str = "config",
+        trial: str = "") -> dict[str, Any]:
+    """Train one configuration in ``run_dir``; returns the summary (also written to summary.json). The finished
+    run's record goes to ``record_dir`` (None: nowhere; by default where ``cfg.record`` says); ``trial`` says
+    why a run of a preset is not recorded (``record_plan``)."""
+    run_dir = Path(run_dir)
+    built = build(cfg)  # checks the config first: a refused run leaves nothing behind
+    if record_dir == "config":
+        record_dir = record_dir_of(cfg, run_dir)
+    if (kept := runs.recorded(record_dir)) and not cfg.rerun:
+        log.info("skipping %s: recorded in %s", run_dir.name, record_dir)
+        return {**kept, "record": str(record_dir), "skipped": f"recorded in {record_dir.parent}"}
+    accelerator, precision, why = machine.choose(cfg.trainer.accelerator, cfg.trainer.precision)
+    with runs.claim(run_dir):  # raises runs.InUse while another process trains in this folder
+        return _train(cfg, built, run_dir, sweep, record_dir, accelerator, precision, why, trial)
+
+
+def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir: Path | None, accelerator: str,
+           precision: str, why: str, trial: str) -> dict[str, Any]:
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from ropelab.core.callbacks import FlushLoggers, Interrupted, KillAtStep, PositionalTrace, Progress, StopOnInterrupt
+    from ropelab.core.lit import Diverged
+    from ropelab.core.loggers import truncate_metrics
+
+    # Lightning's info lines (GPU available, AMP, "fit stopped", the litlogger tip) repeat what ropelab's own
+    # device, progress and end-of-run lines say; its warnings go through `warnings` and still show. Set after
+    # its import, which sets this logger's level itself.
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    plan = _decide(run_dir, cfg, sweep)
+    if plan.action == "skip":
+        log.info("skipping %s: %s", run_dir, plan.why)
+        return {**runs.read_summary(run_dir), "skipped": plan.why}
+    ckpt, resumed_from = plan.checkpoint, plan.step
+    runs.atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    torch.set_num_threads(_threads(cfg))
+    datamodule, model, lit = built.datamodule, built.model, built.lit
+    compiled, compile_why = machine.choose_compile(cfg.trainer.compile, accelerator)
+    if compiled:
+        model.compile()  # in place: state_dict keys stay those of the plain model
+
+    loggers = [hydra.utils.instantiate(spec, save_dir=str(run_dir)) for spec in (cfg.logger or {}).values() if spec]
+    # saved after every validation (Lightning runs checkpoint callbacks last, after the flush and the trace)
+    checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step:06d}", auto_insert_metric_name=False,
+                                 save_top_k=1, save_last="link")
+    progress = Progress(Progress.choose(cfg.trainer.progress, parallel=_parallel_jobs() > 1),
+                        label=run_dir.name if sweep else "")
+    stop_on_interrupt = StopOnInterrupt(run_dir / "checkpoints")
+    callbacks = [FlushLoggers(), PositionalTrace(run_dir), progress, checkpoint, stop_on_interrupt]
+    if kill := KillAtStep.from_env():
+        callbacks.append(kill)
+    log.info("device %s, precision %s (%s), compile %s (%s)", accelerator, precision, why, compiled, compile_why)
+    trainer = L.Trainer(
+        accelerator=accelerator, devices=cfg.trainer.devices, max_steps=cfg.trainer.max_steps, precision=precision,
+        gradient_clip_val=cfg.trainer.gradient_clip_val, val_check_interval=cfg.trainer.val_every,
+        check_val_every_n_epoch=None, num_sanity_val_steps=0, log_every_n_steps=1, logger=loggers,
+        callbacks=callbacks, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(run_dir), deterministic=True,
+    )
+    if ckpt:
+        truncate_metrics(run_dir / "metrics.csv", resumed_from)  # rows at step >= this are logged again
+        log.info("resuming %s from step %d", run_dir, resumed_from)
+
+    summary: dict[str, Any] = {
+        "status": "running", "task": cfg.task.name, "pos": cfg.pos.name, "seed": cfg.seed, "run_dir": str(run_dir),
+        "max_steps": cfg.trainer.max_steps, "params": model.num_parameters(),
+        "positional_params": sum(p.numel() for p in model.pos.parameters()), "resumed_from_step": resumed_from,
+        "init_from": cfg.init_from, "surgery": cfg.surgery,
+        "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "accelerator": accelerator, "precision": precision, "compile": compiled, "threads": torch.get_num_threads(),
+        "machine": machine.describe(accelerator), **({"trial": trial} if trial else {}),
+    }
+    runs.write_summary(run_dir, summary)
+    start = time.time()
+    try:
+        with stop_on_interrupt.armed():
+            trainer.fit(lit, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
+        final = {k: float(v) for k, v in trainer.callback_metrics.items()}  # validate and test reset them
+        if trainer.global_step % cfg.trainer.val_every:  # make the final metrics those of the final weights
+            trainer.validate(lit, datamodule=datamodule, verbose=False)
+            final.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        trainer.test(lit, datamodule=datamodule, verbose=False)
+        final.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        summary["attention"] = locality.measure(model, datamodule.task, cfg)  # the record rebuilds sharpening
+        summary.update(status="completed", final=final, per_group={
+            "group": datamodule.task.group_name, "metric": "exact",
+            **{split: {str(g): counts for g, counts in groups.items()} for split, groups in lit.group_results.items()}})
+    except Diverged as err:
+        summary.update(status="diverged", diverged_step=err.step, last_finite_loss=err.last_finite_loss, error=str(err))
+    except (Interrupted, KeyboardInterrupt, SystemExit) as err:  # Lightning turns a KeyboardInterrupt into exit(1)
+        summary.update(status="interrupted", checkpoint_step=err.step if isinstance(err, Interrupted) else
+                       _last_checkpoint_step(run_dir), final={k: float(v) for k, v in trainer.callback_metrics.items()})
+    except Exception as err:  # recorded, so a sweep can go on and the report can show it
+        summary.update(status="failed", error=f"{type(err).__name__}: {err}")
+        log.exception("run failed")
+    summary.update(steps=trainer.global_step, wall_seconds=round(time.time() - start, 2))
+    for lg in loggers:
+        lg.finalize("success" if summary["status"] == "completed" else summary["status"])
+        if hasattr(lg, "close"):  # W&B: one run per job, finished before the next multirun job starts
+            lg.close(summary["status"])
+    runs.write_summary(run_dir, summary)
+    if record_dir is not None and summary["status"] == "completed":
+        runs.keep_record(run_dir, record_dir)
+        summary["record"] = str(record_dir)
+    return summary
+
+
+FINAL_METRICS = ("train/loss", "val/loss", "val/acc", "val/exact", "test/loss", "test/acc", "test/exact",
+                 "ood/loss", "ood/acc", "ood/exact")
+
+
+INTERRUPTED_EXIT = sweep_summary.INTERRUPTED_EXIT
+
+
+def result_lines(summary: dict, report_target: Path | None = None, resume: str | None = None) -> list[str]:
+    """The end of a run: its folder, status, every split's metrics in one fixed order, and what to run next (the
+    report, or for an interrupted run the command that resumes it)."""
+    final = summary.get("final") or {}
+    metrics = " ".join(f"{k}={final[k]:.4f}" if k in final else f"{k}=n/a" for k in FINAL_METRICS)
+    status = summary["status"] + (f" (skipped: {summary['skipped']})" if summary.get("skipped") else "")
+    steps = f" · steps {summary.get('steps', '?')}"
+    if summary["status"] == "interrupted":
+        saved = summary.get("checkpoint_step")
+        steps = f" at step {summary.get('steps', '?')} · " + (
+            f"checkpoint at step {saved}" if saved is not None else "no checkpoint: a resume starts at step 0")
+    lines = [f"run: {summary.get('record') or summary.get('run_dir')}",
+             f"status: {status}{steps} · {summary.get('wall_seconds', '?')} s",
+             f"metrics: {metrics}"]
+    if summary.get("trial"):
+        lines.append(f"trial: {summary['trial']}")
+    if summary.get("error"):
+        lines.append(f"error: {summary['error']}")
+    if resume is not None:
+        lines.append(f"resume: {resume}")
+    elif report_target is not None:
+        lines.append(f"next: {runs.report_command(report_target)}")
+    return lines
+
+
+def resume_command(run_dir: Path | str | None = None) -> str:
+    """The command line this process was started with, as the user can type it again: with ``resume=<run_dir>``
+    for a single run, unchanged for a sweep (a sweep skips its finished jobs and resumes the others)."""
+    import shlex
+
+    args = [a for a in sys.argv[1:] if not a.startswith("resume=")]
+    if run_dir is not None:
+        args.append(f"resume={runs.shorter(Path(run_dir))}")
+    return shlex.join([runs.python_command(), str(runs.shorter(Path(sys.argv[0]))), *args])
+
+
+def _interrupted_before(cfg: DictConfig) -> str | None:
+    """An interrupted single run with this very config, so that starting afresh is not the only thing said."""
+    wanted = OmegaConf.to_yaml(cfg, resolve=True)
+    for summary_path in sorted((runs.RUNS_ROOT / "single").glob(f"*/{runs.SUMMARY}"), reverse=True):
+        folder = summary_path.parent
+        summary = runs.read_summary(folder) or {}
+        if summary.get("status") == "interrupted" and (folder / "config.yaml").is_file() \
+                and (folder / "config.yaml").read_text() == wanted:
+            return (f"{runs.shorter(folder)} was interrupted at step {summary.get('steps', '?')} with this config; "
+                    f"this run starts afresh. To continue that one instead: {resume_command(folder)}")
+    return None
+
+
+def _check_single_run_of_preset(cfg: DictConfig, hc: DictConfig) -> None:
+    """Without -m Hydra ignores a preset's sweep, so a single run would silently train something else: refuse
+    unless the command line picks every axis that has several values or that the preset's config does not set."""
+    from ropelab.core.cli import axis_values
+
+    params = OmegaConf.select(hc, "sweeper.params") or {}
+    given = {o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.task}
+    unpicked = []
+    for key, values in params.items():
+        if key in given:
+            continue
+        values = axis_values(key, values)
+        if len(values) > 1:
+            unpicked.append(f"{key} ({', '.join(map(str, values))})")
+        else:
+            current = hc.runtime.choices.get(key) if key in hc.runtime.choices else OmegaConf.select(cfg, key)
+            if current != values[0]:
+                unpicked.append(f"{key} ({values[0]})")
+    if unpicked:
+        preset = hc.runtime.choices.get("experiment") or "this config"
+        keys = " ".join(f"{u.split(' ')[0]}=…" for u in unpicked)
+        raise ConfigError(f"experiment={preset} is a sweep over {'; '.join(unpicked)}: run it with -m, or pick one "
+                          f"job with {keys}")
+
+
+def _one_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    """One Hydra job. Single run: exit 2 for a refused config, 1 for a failed run. In a sweep every outcome is
+    noted for the sweep's closing summary (``ropelab.core.sweep_summary``), which sets the exit code."""
+    hc = HydraConfig.get()
+    sweep = hc.mode == RunMode.MULTIRUN
+    run_dir = Path(hc.runtime.output_dir)
+    job = run_dir.name if sweep else str(run_dir)
+
+    def outcome(kind: str, detail: str = "", where: Path | None = None, trial: str = "") -> None:
+        if sweep:
+            sweep_summary.note(hc.job.num, job, kind, detail, where, trial)
+
+    try:
+        resolved(cfg)  # a bad ${ladder:…} rung is one line here, before anything resolves the config
+        if not sweep:
+            _check_single_run_of_preset(cfg, hc)
+        record_dir, trial = record_plan(cfg, hc, run_dir, sweep)
+        if not sweep and not cfg.get("resume") and (earlier := _interrupted_before(cfg)):
+            log.info("note: %s", earlier)
+        summary = run(cfg, run_dir, sweep=sweep, record_dir=record_dir, trial=trial)
+    except ConfigError as err:  # refused before training: no folder left behind
+        runs.remove_if_unstarted(run_dir)
+        print(f"error: {f'[{job}] ' if sweep else ''}{err}", file=sys.stderr)
+        if not sweep:
+            sys.exit(2)
+        return outcome("failed", str(err))
+    except runs.InUse as err:
+        if not sweep:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+        log.info("skipping %s: %s", job, err)
+        return outcome("skipped", "being trained by another launch")
+    except Exception as err:  # anything else ends this job only: the sweep goes on and its summary lists it
+        if not sweep:
+            raise
+        log.exception("job %s failed", job)
+        if (run_dir / "config.yaml").is_file():
+            runs.write_summary(run_dir, {**(runs.read_summary(run_dir) or {}), "status": "failed",
+                                         "error": _one_line(err), "run_dir": str(run_dir)})
+        return outcome("failed", _one_line(err))
+    if summary.get("skipped"):
+        runs.remove_if_unstarted(run_dir)  # a recorded job: Hydra's folder is all there is
+    interrupted = summary["status"] == "interrupted" and not summary.get("skipped")
+    if not (sweep and summary.get("skipped")):  # a sweep's skipped jobs: one line each (logged) and the summary
+        for line in result_lines(summary, None if sweep else Path(summary.get("record") or run_dir),
+                                 resume_command(run_dir) if interrupted and not sweep else None):
+            log.info(line)
+    where = Path(summary["record"]).parent if summary.get("record") else run_dir.parent
+    if summary.get("skipped"):
+        outcome("skipped", summary["skipped"], where)
+    else:
+        detail = summary.get("error") or (
+            f"at step {summary.get('steps')}, checkpoint at step {summary.get('checkpoint_step')}" if interrupted else "")
+        outcome(summary["status"], detail, where, trial=summary.get("trial", ""))
+        if summary["status"] == "failed" and not sweep:
+            sys.exit(1)
+    if interrupted:
+        if not sweep:
+            sys.exit(INTERRUPTED_EXIT)
+        if sweep_summary.launched_here():
+            raise KeyboardInterrupt  # ends this launch's remaining jobs; entry() prints the sweep's summary
+    return summary.get("final", {}).get("val/loss")
+
+
+def entry() -> None:
+    """``python train.py``: Hydra's main, and Ctrl-C outside a run's training (or ending a sweep) as one summary
+    and the exit code 130 instead of a traceback."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        lines = sweep_summary.interrupted_lines(resume_command())
+        print("\n".join(lines or ["interrupted before training started: nothing to resume"]), flush=True)
+        sys.exit(INTERRUPTED_EXIT)
