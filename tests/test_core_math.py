@@ -106,3 +106,247 @@ def test_answer_loss_averages_over_every_answer_token_of_every_batch():
     with warnings.catch_warnings():  # torchmetrics warns of a compute before any update
         warnings.simplefilter("ignore")
         assert AnswerLoss().compute() == 0  # no answer token yet: 0, not a division by zero
+
+
+def test_rotate_and_rotate_half_are_multiplication_by_e_i_theta_and_by_i():
+    from ropelab.core.positional.rotary import cos_sin, rotate, rotate_half, rotate_signed, signed_sin
+
+    x = torch.randn(3, T, D)
+    angles = torch.rand(T, D // 2) * 6
+    cos, sin = cos_sin(angles)
+    torch.testing.assert_close(as_complex(rotate_half(x)), 1j * as_complex(x))
+    expected = as_complex(x) * torch.polar(torch.ones_like(angles.double()), angles.double())
+    torch.testing.assert_close(as_complex(rotate(x, cos, sin)), expected, atol=1e-5, rtol=1e-5)
+    assert torch.equal(rotate_signed(x, cos, signed_sin(sin)), rotate(x, cos, sin))
+
+
+# --- frequencies: RoPE's scalings and the bandpass thirds, by their formulas ------------------------
+
+def test_length_scalings_by_their_formulas():
+    """linear θ/s; NTK-aware the geometric spectrum of base · s^(D/(D−2)); YaRN per pair θ/s or θ by a ramp in
+    the pair index between the pairs that turn 32 and 1 times over the training length, attention 0.1 ln s + 1.
+    (tests/test_extrapolation.py checks the same against transformers when the hf extra is installed.)"""
+    from ropelab.core.positional.rotary import (inverse_frequencies, scaled_inverse_frequencies,
+                                                yarn_correction_range, yarn_mscale)
+
+    dim, base, s, L = 64, 10000.0, 4.0, 128
+    theta = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    inv = inverse_frequencies(dim // 2)
+    lin, a = scaled_inverse_frequencies(inv, "linear", s, base)
+    torch.testing.assert_close(lin.double(), theta / s)
+    assert a == 1.0
+    ntk, a = scaled_inverse_frequencies(inv, "ntk", s, base)
+    torch.testing.assert_close(ntk.double(), (base * s ** (dim / (dim - 2))) ** (-torch.arange(0, dim, 2).double() / dim))
+    assert a == 1.0
+    # pair i turns i·θ_i·L/(2π) times over L tokens: 32 turns at pair ≈ −1.57 → 0, one turn at ≈ 10.47 → 11
+    assert yarn_correction_range(32, 1, dim, base, L) == (0, 11)
+    assert yarn_correction_range(32, 1, 16, base, 64) == (0, 3)
+    assert yarn_mscale(1.0) == 1.0 and yarn_mscale(0.5) == 1.0
+    assert yarn_mscale(s) == pytest.approx(0.1 * math.log(s) + 1)
+    yarn, a = scaled_inverse_frequencies(inv, "yarn", s, base, original_max_len=L)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - 0) / (11 - 0)).clamp(0, 1)  # 0: keep θ, 1: θ / s
+    torch.testing.assert_close(yarn.double(), theta * (1 - ramp) + theta / s * ramp, atol=1e-7, rtol=1e-6)
+    assert a == pytest.approx(0.1 * math.log(s) + 1)
+    assert scaled_inverse_frequencies(inv, "yarn", s, base, L, attention_factor=0.7)[1] == 0.7
+    assert scaled_inverse_frequencies(inv, "yarn", 1.0, base, L, attention_factor=0.7) == (inv, 0.7)
+    assert scaled_inverse_frequencies(inv, None, 1.0, base) == (inv, 1.0)
+    same, a = scaled_inverse_frequencies(inv, "ntk", 1.0, base)
+    assert same is inv and a == 1.0
+    # a zero-width ramp (low == high) is widened by 0.001, as transformers does: pairs below low keep θ
+    narrow, _ = scaled_inverse_frequencies(inverse_frequencies(2), "yarn", s, base, original_max_len=1)
+    assert torch.isfinite(narrow).all()
+
+
+def test_rope_scaling_reaches_the_tables():
+    s = scheme(name="rope", scaling="yarn", scaling_factor=4.0, original_max_len=16)
+    cos, _ = s.prepare(T, None)
+    assert s.attention_scaling == pytest.approx(0.1 * math.log(4) + 1)
+    torch.testing.assert_close(cos[0], torch.full((D,), s.attention_scaling))  # position 0: cos 0 = 1, times the factor
+    lin = scheme(name="rope", scaling="linear", scaling_factor=2.0)
+    plain = scheme(name="rope")
+    torch.testing.assert_close(lin.prepare(T, None)[0][6], plain.prepare(T, None)[0][3])  # position 6 at s = 2 is 3
+
+
+def test_bandpass_thirds_tile_the_geometric_spectrum():
+    from ropelab.core.positional.rotary import band_edges, inverse_frequencies
+
+    n, base = 16, 10000.0
+    theta_min = base ** (-(n - 1) / n)  # the geometric spectrum's lowest frequency, base^(−2(D/2−1)/D)
+    r = theta_min  # θ_min / θ_max, θ_max = 1
+    assert band_edges(n, base, "high") == pytest.approx((r ** (1 / 3), 1.0))
+    assert band_edges(n, base, "mid") == pytest.approx((r ** (2 / 3), r ** (1 / 3)))
+    assert band_edges(n, base, "low") == pytest.approx((theta_min, r ** (2 / 3)))
+    assert float(inverse_frequencies(n)[-1]) == pytest.approx(theta_min, rel=1e-6)
+    low = inverse_frequencies(n, "bandpass@low")
+    assert float(low[0]) == pytest.approx(r ** (2 / 3), rel=1e-6) and float(low[-1]) == pytest.approx(theta_min, rel=1e-6)
+
+
+# --- absolute schemes: the definitions and their scales ---------------------------------------------
+
+def test_sinusoidal_table_is_the_papers_definition_in_float64():
+    from ropelab.core.positional.sinusoidal import sinusoidal_table
+
+    table = sinusoidal_table(2048, 64)  # the default base: 10000, as in the paper
+    for p in (0, 1, 777, 2047):
+        for i in (0, 1, 13, 31):
+            angle = p / 10000 ** (2 * i / 64)
+            assert abs(float(table[p, 2 * i]) - math.sin(angle)) < 2e-7  # float64 angles, rounded once to float32
+            assert abs(float(table[p, 2 * i + 1]) - math.cos(angle)) < 2e-7
+    s = positional.build({"name": "sinusoidal", "base": 100.0, "scale": 2.0}, head_dim=8, n_heads=2, max_len=16)
+    torch.testing.assert_close(s.table, 2.0 * sinusoidal_table(16, 16, 100.0))
+
+
+def test_learned_absolute_starts_at_its_init_std():
+    torch.manual_seed(0)
+    default = positional.build({"name": "learned_abs"}, head_dim=32, n_heads=4, max_len=64).embedding.detach()
+    wide = positional.build({"name": "learned_abs", "init_std": 0.5}, head_dim=32, n_heads=4, max_len=64).embedding.detach()
+    assert default.shape == (64, 128)
+    assert 0.019 < float(default.std()) < 0.021 and 0.48 < float(wide.std()) < 0.52
+
+
+NAMES = positional.names()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_scheme_keeps_its_shape_and_its_name_and_checkpoints_only_its_parameters(name):
+    """Every scheme records (head_dim, n_heads, max_len) and is named by its file; its tables are rebuilt from
+    the config, so a checkpoint (state_dict) holds its learnable parameters and nothing else."""
+    s = scheme(name=name)
+    assert (s.head_dim, s.n_heads, s.max_len) == (D, H, 32)
+    assert s.name == name == type(s).__module__.rpartition(".")[2]
+    assert set(s.state_dict()) == {n for n, _ in s.named_parameters()}
+
+
+# --- the metrics ------------------------------------------------------------------------------------
+
+def test_answer_metrics_by_hand():
+    from ropelab.core.lit import AnswerMetrics
+
+    V = 5
+    targets = torch.tensor([[IGNORE, 2, 3, IGNORE], [IGNORE, IGNORE, 4, 1], [IGNORE, 0, IGNORE, IGNORE]])
+    preds = torch.tensor([[0, 2, 3, 0], [1, 1, 4, 2], [3, 0, 1, 1]])  # answers: right; half right; right
+    logits = F.one_hot(preds, V).float() * 4.0
+    m = AnswerMetrics(V)
+    m.update(logits[:2], targets[:2], torch.tensor([7, 9]))
+    m.update(logits[2:], targets[2:], torch.tensor([7]))
+    out = m.compute("val")
+    assert set(out) == {"val/loss", "val/acc", "val/exact"}
+    assert float(out["val/acc"]) == pytest.approx(4 / 5)    # answer tokens right / answer tokens
+    assert float(out["val/exact"]) == pytest.approx(2 / 3)  # whole answers right / examples
+    ce_right, ce_wrong = -F.log_softmax(torch.tensor([4.0, 0, 0, 0, 0]), 0)[[0, 1]]
+    assert float(out["val/loss"]) == pytest.approx(float(4 * ce_right + ce_wrong) / 5, rel=1e-5)
+    assert m.per_group() == {7: {"exact": 1.0, "examples": 2}, 9: {"exact": 0.0, "examples": 1}}
+    m.reset()
+    with warnings.catch_warnings():  # torchmetrics warns of a compute before any update
+        warnings.simplefilter("ignore")
+        assert m.per_group() == {}
+
+
+def test_answer_loss_of_a_single_answer_token_is_its_cross_entropy():
+    metric = AnswerLoss()
+    logits, targets = torch.randn(1, 3, 4), torch.tensor([[IGNORE, IGNORE, 3]])
+    metric.update(logits, targets)
+    torch.testing.assert_close(metric.compute(), F.cross_entropy(logits[0, 2], torch.tensor(3)))
+
+
+def test_warmup_then_cosine_by_hand():
+    from ropelab.core.lit import warmup_cosine
+
+    values = [warmup_cosine(s, warmup=10, total=110, min_ratio=0.1) for s in (0, 4, 9, 10, 60, 110, 500)]
+    assert values == pytest.approx([0.1, 0.5, 1.0, 1.0, 0.55, 0.1, 0.1])
+    assert warmup_cosine(5, warmup=5, total=5, min_ratio=0.0) == 1.0  # no cosine phase: no division by zero
+    assert warmup_cosine(35, warmup=10, total=110, min_ratio=0.0) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+
+
+# --- statistics over seeds and the loss-curve landmarks ---------------------------------------------
+
+def test_estimates_and_paired_differences_by_hand():
+    from ropelab.analysis.stats import Estimate, estimate, paired_difference, t975
+
+    e = estimate([1.0, None, 2.0, math.nan, 3.0])  # None and NaN are left out
+    assert (e.mean, e.sd, e.n) == (2.0, 1.0, 3)
+    assert e.half_width == pytest.approx(t975(2) / math.sqrt(3)) and t975(2) == pytest.approx(4.302653, rel=1e-6)
+    two = estimate([1.0, 3.0])
+    assert two.sd == pytest.approx(math.sqrt(2)) and two.n == 2
+    one = estimate([5.0])
+    assert one.mean == 5.0 and math.isnan(one.sd) and one.n == 1 and math.isnan(one.half_width)
+    empty = estimate([None, math.nan])
+    assert math.isnan(empty.mean) and math.isnan(empty.sd) and empty.n == 0
+    assert math.isnan(t975(0))
+    d = paired_difference({0: 3.0, 1: 5.0, 2: None, 3: 1.0, 4: math.nan}, {0: 1.0, 1: 2.0, 2: 7.0, 4: 1.0, 5: 0.0})
+    assert (d.mean, d.n) == (2.5, 2)  # seeds 0 and 1 only
+    # excludes_zero: strictly, and only with n > 1
+    hw = t975(2) * 1.0 / math.sqrt(3)
+    assert not Estimate(hw, 1.0, 3).excludes_zero()  # low is exactly 0
+    assert not Estimate(-hw, 1.0, 3).excludes_zero()  # high is exactly 0
+    assert Estimate(hw + 0.01, 1.0, 3).excludes_zero() and Estimate(-hw - 0.01, 1.0, 3).excludes_zero()
+    assert not Estimate(0.2, 1.0, 3).excludes_zero()  # the interval spans 0 (its high is below 1)
+    assert Estimate(10.0, 1.0, 2).excludes_zero() and not Estimate(10.0, math.nan, 1).excludes_zero()
+    assert Estimate(2.0, 1.0, 4).text() == "2 [0.409, 3.59] (n=4)"
+    assert Estimate(2.0, math.nan, 1).text() == "2 (n=1)" and Estimate(math.nan, math.nan, 0).text() == "–"
+    assert Estimate(2.0, 1.0, 4).text("{:.1f}") == "2.0 [0.4, 3.6] (n=4)"
+
+
+def test_stays_below_from_by_hand():
+    import pandas as pd
+    from ropelab.analysis.stats import stays_below_from
+
+    #                  0   1   2   3  4  5    6  7  8  9
+    s = pd.Series([20, 20, 10, 6, 4, 9, 3.0, 2, 1, 1], dtype=float)
+    # plateau window = steps 2..4 inclusive: median(10, 6, 4) = 6, threshold 0.5 × 6 = 3; step 6 is exactly 3
+    # (not below), so the loss stays below from step 7 on
+    assert stays_below_from(s, 0.5, (2, 4)) == 7.0
+    assert stays_below_from(s, 0.9, (2, 4)) == 6.0  # threshold 5.4: last at or above it is step 5
+    assert stays_below_from(s, 2.0, (2, 4)) == 2.0  # below from the window's start on
+    assert math.isnan(stays_below_from(pd.Series([5.0] * 10), 0.5, (2, 4)))  # never gets there
+    assert stays_below_from(s[:5], 0.5, (2, 4)) is None  # ends at the window's end
+    assert stays_below_from(s[:6], 0.5, (2, 4)) is not None
+
+
+def test_onset_uses_a_centred_mean_and_lockin_the_series_it_is_given():
+    import pandas as pd
+    from ropelab.analysis.stats import Landmarks, lockin_step, onset_step
+
+    loss = pd.Series([10.0] * 8 + [1.0] * 8)
+    rule = Landmarks(smooth=3, plateau=(0, 4), lockin_frac=0.5, onset_drop=0.1)
+    # centred mean over 3 steps: step 7 = (10 + 10 + 1) / 3 = 7 < 9, step 6 = 10: the loss leaves at step 7
+    # (a trailing mean would say step 8, with the first value its own mean)
+    assert onset_step(loss, rule) == 7.0
+    assert lockin_step(loss, rule) == 8.0
+    # min_periods=1: with a centred window of 2, step 0 is its own mean (1), so the plateau is median(1, 5.5, 10)
+    # = 5.5 and the loss stays below 4.95 from step 9 (without step 0 the plateau would be 7.75, the answer 8)
+    first = pd.Series([1.0] + [10.0] * 7 + [1.0] * 8)
+    assert onset_step(first, Landmarks(smooth=2, plateau=(0, 2))) == 9.0
+
+
+def test_curves_keep_the_last_value_of_each_step():
+    import pandas as pd
+    from ropelab.analysis.stats import first_step_at, metric_curve, train_loss
+
+    metrics = pd.DataFrame({"step": [0, 0, 1, 2, 2, 3], "train/loss": [5.0, 4.0, 3.0, math.nan, 2.0, 1.0],
+                            "val/acc": [math.nan, 0.2, math.nan, 0.9, 0.95, math.nan]})
+    assert train_loss(metrics).to_dict() == {0: 4.0, 1: 3.0, 2: 2.0, 3: 1.0}
+    assert metric_curve(metrics).to_dict() == {0: 0.2, 2: 0.95}
+    assert train_loss(None).empty and metric_curve(metrics, "val/exact").empty
+    assert train_loss(metrics.drop(columns="step")).empty
+    curve = pd.Series([0.1, 0.5, 0.9, 0.95], index=[10, 20, 30, 40])
+    assert first_step_at(curve, 0.9) == 30.0 and first_step_at(curve, 0.5) == 20.0
+    assert math.isnan(first_step_at(curve, 0.99))
+
+
+def test_sawtooth_statistics_by_hand():
+    from ropelab.analysis.stats import binomial_two_sided, sawtooth
+
+    assert binomial_two_sided(3, 10) == pytest.approx(2 * (1 + 10 + 45 + 120) / 1024)  # P(X ≤ 3) + P(X ≥ 7)
+    assert binomial_two_sided(5, 10) == 1.0
+    phase = np.array([[0.5, -1.0] * 4, [-1.0, 0.5] * 4])  # a perfect saw-tooth on both heads
+    s = sawtooth(phase, permutations=2000)
+    assert (s["alternation"], s["neighbours"], s["alternating"]) == (1.0, 14, 14)
+    assert s["binomial_p"] == pytest.approx(2 * 0.5 ** 14)
+    # a row of four + and four − alternates perfectly in 2 of its C(8, 4) = 70 orders: both rows, (2/70)² ≈ 0.0008
+    assert s["permutation_p"] < 0.01 and s["permutation_p"] >= 1 / 2001
+    assert s["lag1_autocorrelation"] == pytest.approx(-7 / 8)  # centred ±0.75: 7 products of −0.5625 over 8 squares
+    assert (s["mean_abs_phase"], s["mean_abs_neighbour_step"], s["max_abs_phase"], s["positive_fraction"]) == \
+        pytest.approx((0.75, 1.5, 1.0, 0.5))
+    flat = sawtooth(np.ones((2, 6)), permutations=50)
+    assert flat["alternation"] == 0.0 and flat["permutation_p"] == 1.0 and flat["lag1_autocorrelation"] is None
