@@ -350,3 +350,65 @@ def test_sawtooth_statistics_by_hand():
         pytest.approx((0.75, 1.5, 1.0, 0.5))
     flat = sawtooth(np.ones((2, 6)), permutations=50)
     assert flat["alternation"] == 0.0 and flat["permutation_p"] == 1.0 and flat["lag1_autocorrelation"] is None
+
+
+# --- the composed schemes pass every option on ------------------------------------------------------
+
+def test_bifocal_passes_its_options_to_both_parts_and_splits_the_heads_where_it_says():
+    from ropelab.core.errors import ConfigError
+
+    b = scheme(name="bifocal", base=100.0)
+    geometric = 100.0 ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
+    torch.testing.assert_close(b.geometric.inv_freq, geometric)
+    torch.testing.assert_close(b.spectral.omega.detach()[0], geometric)
+    assert float(b.spectral.phase.detach().abs().max()) < 0.01  # the paper's N(0, 1e-3) by default
+    band = scheme(name="bifocal", freqs="bandpass", band=[0.01, 0.1])
+    torch.testing.assert_close(band.geometric.inv_freq[[0, -1]], torch.tensor([0.1, 0.01]))
+    torch.testing.assert_close(band.spectral.omega.detach()[0, [0, -1]], torch.tensor([0.1, 0.01]))
+    opts = scheme(name="bifocal", share=True, amplitude_on="query")
+    assert opts.spectral.omega.shape == (1, D // 2) and opts.spectral.amplitude_on == "query"
+    with pytest.raises(ConfigError, match="spectral_fraction"):
+        scheme(name="bifocal", spectral_fraction=True)
+    rope = scheme(name="rope")
+    for fraction, seq in ((0.25, T), (0.5, 2)):  # one spectral head; and as many spectral heads as positions
+        s = scheme(name="bifocal", spectral_fraction=fraction)
+        with torch.no_grad():
+            s.spectral.phase.fill_(0.5)
+        q, k = torch.randn(1, H, seq, D), torch.randn(1, H, seq, D)
+        (bq, _), (rq, _) = qk(s, q, k), qk(rope, q, k)
+        n = s.n_spectral
+        assert torch.equal(bq[:, n:], rq[:, n:]) and not torch.allclose(bq[:, :n], rq[:, :n])
+
+
+def test_rope_half_passes_its_frequency_options_on():
+    from ropelab.core.errors import ConfigError
+
+    r = scheme(name="rope_half", base=100.0)
+    R = D // 2
+    torch.testing.assert_close(r.rotary.inv_freq, 100.0 ** (-torch.arange(0, R, 2, dtype=torch.float32) / R))
+    single = scheme(name="rope_half", freqs="single", single_freq=0.3)
+    assert torch.equal(single.rotary.inv_freq, torch.full((R // 2,), 0.3))
+    with pytest.raises(ConfigError, match="rotary_fraction"):
+        scheme(name="rope_half", rotary_fraction=True)
+
+
+def test_alibi_of_no_head_and_a_boolean_fraction():
+    from ropelab.core.errors import ConfigError
+
+    assert alibi_slopes(0) == []
+    with pytest.raises(ConfigError, match="heads_fraction"):
+        scheme(name="alibi", heads_fraction=True)
+
+
+# --- the model's SwiGLU: its hand-written backward is autograd's -----------------------------------
+
+def test_swiglu_backward_is_autograds():
+    from ropelab.core.model import SwiGLU
+
+    h = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(2, 5, 6, dtype=torch.float64)
+    (ours,) = torch.autograd.grad(SwiGLU.apply(h), h, grad)
+    gate, up = h.chunk(2, dim=-1)
+    (theirs,) = torch.autograd.grad(F.silu(gate) * up, h, grad)
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(SwiGLU.apply(h), F.silu(gate) * up)

@@ -10,7 +10,8 @@ What it does (README, "Testing"):
    the mutated function (mutmut's own coverage map), under a CPU-time limit;
 3. writes results/mutation/summary.json and results/mutation/README.md from mutmut's result files: tool and
    version, date, machine, scope, test command, counts, score, wall time and the commit measured, each survivor
-   with its diff, and the mutants listed as equivalent in results/mutation/equivalent.toml with their reason.
+   with its diff, and what results/mutation/triage.toml lists: the mutants that are equivalent (with the reason)
+   and the functions of the mutated files that are not core math (counted apart, not in the score).
 
 Resumable: mutmut keeps each mutant's result in build/mutate/mutants/; run it again and only unchecked mutants
 run. When the mutated sources changed since the last run the scratch results are dropped (all mutants again);
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fnmatch
 import json
 import os
 import shutil
@@ -141,11 +143,19 @@ def machine() -> str:
 
 def write_record(state: dict) -> dict:
     config = tomllib.loads((SCRATCH / "pyproject.toml").read_text())["tool"]["mutmut"]
-    equivalent = {e["name"]: e["why"] for e in tomllib.loads((RECORD / "equivalent.toml").read_text()).get("equivalent", [])}
+    triage = tomllib.loads((RECORD / "triage.toml").read_text())
+    equivalent = {e["name"]: e["why"] for e in triage.get("equivalent", [])}
     by_name = results()
     unknown = sorted(set(equivalent) - set(by_name))
     if unknown:
-        sys.exit(f"results/mutation/equivalent.toml names mutants that do not exist: {', '.join(unknown)}")
+        sys.exit(f"results/mutation/triage.toml names mutants that do not exist: {', '.join(unknown)}")
+    out_of_scope = []
+    for rule in triage.get("out_of_scope", []):
+        names = [n for n in by_name if fnmatch.fnmatch(n, rule["glob"])
+                 and not (rule.get("except") and fnmatch.fnmatch(n, rule["except"]))]
+        out_of_scope.append({**rule, "mutants": len(names)})
+        for n in names:
+            del by_name[n]
     for name, r in by_name.items():
         if name in equivalent:
             r["equivalent"] = equivalent[name]
@@ -203,6 +213,7 @@ def write_record(state: dict) -> dict:
         "remaining": {n: {"status": by_name[n]["status"], "diff": shown[n]} for n in not_killed},
         "equivalent": {n: {"why": equivalent[n], "status": by_name[n]["status"], "diff": shown[n]}
                        for n in sorted(equivalent)},
+        "out_of_scope": out_of_scope,
     }
     RECORD.mkdir(parents=True, exist_ok=True)
     (RECORD / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
@@ -217,7 +228,7 @@ def markdown(s: dict) -> str:
         "# Mutation testing of the core math",
         "",
         f"Written by `{s['command']}` — do not edit by hand; the equivalent mutants are listed in "
-        "[equivalent.toml](equivalent.toml), which the command reads.",
+        "[triage.toml](triage.toml), which the command reads with the functions that are not core math.",
         "",
         f"- tool: {s['tool']}; date: {s['date']}; commit measured: `{s['commit']}`",
         f"- machine: {s['machine']}; wall time of the mutation runs: {s['wall_s'] / 60:.1f} min "
@@ -226,6 +237,9 @@ def markdown(s: dict) -> str:
         f"- timeout: {s['timeout']}",
         f"- mutated: {', '.join(f'`{p}`' for p in s['scope']['mutated'])} (not: "
         f"{', '.join(f'`{p}`' for p in s['scope']['excluded'])})",
+        f"- not core math, counted apart: " + "; ".join(f"`{o['glob']}`" + (f" except `{o['except']}`" if o.get("except")
+                                                   else "") + f" ({o['mutants']} mutants): {o['why']}"
+                                                   for o in s["out_of_scope"]),
         f"- files checked in full: {len(s['scope']['files_checked_in_full'])}; in part: "
         f"{', '.join(s['scope']['files_checked_in_part']) or 'none'}; not checked: "
         f"{', '.join(s['scope']['files_not_checked']) or 'none'}",
