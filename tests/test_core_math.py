@@ -412,3 +412,68 @@ def test_swiglu_backward_is_autograds():
     (theirs,) = torch.autograd.grad(F.silu(gate) * up, h, grad)
     torch.testing.assert_close(ours, theirs)
     torch.testing.assert_close(SwiGLU.apply(h), F.silu(gate) * up)
+
+
+# --- the model against a forward written out by hand ------------------------------------------------
+
+def reference_forward(model, idx):
+    """Llama by its definition, in float64: RMSNorm, causal softmax attention over the scheme's q and k (plus its
+    bias), 1/√head_dim, SwiGLU MLP, residuals; the scheme's own transform (tested against its definition above)."""
+    cfg, s = model.cfg, model.pos
+    Tn, Hn, hd = idx.shape[1], cfg.n_heads, cfg.head_dim
+
+    def rms(x, w):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + cfg.norm_eps) * w
+
+    ctx = s.prepare(Tn, None)
+    bias = s.attn_bias(ctx)
+    x = s.embed(model.embed.weight[idx], ctx)
+    future = torch.ones(Tn, Tn, dtype=torch.bool).triu(1)
+    for block in model.blocks:
+        h = rms(x, block.attn_norm.weight)
+        q, k, v = (t.view(*idx.shape, Hn, hd).transpose(1, 2) for t in (h @ block.attn.qkv.weight.T).split(cfg.d_model, -1))
+        q, k = s.transform_qk(q, k, ctx)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(hd) + (0 if bias is None else bias)
+        weights = scores.masked_fill(future, -math.inf).softmax(-1)
+        y = (weights @ v).transpose(1, 2).reshape(*idx.shape, cfg.d_model)
+        x = x + y @ block.attn.out.weight.T
+        gate, up = (rms(x, block.mlp_norm.weight) @ block.mlp.gate_up.weight.T).chunk(2, -1)
+        x = x + (F.silu(gate) * up) @ block.mlp.down.weight.T
+    return rms(x, model.norm.weight) @ model.lm_head.weight.T
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi", "pope", "sinusoidal"])
+def test_the_model_is_its_definition(name):
+    from ropelab.core.model import LlamaConfig, build_model
+
+    cfg = LlamaConfig(vocab_size=11, max_len=16, d_model=32, n_layers=2, n_heads=2, mlp_hidden=48, init_std=0.3)
+    torch.manual_seed(0)
+    model = build_model(cfg, {"name": name}).double()
+    idx = torch.randint(0, 11, (2, 9))
+    with torch.no_grad():
+        expected = reference_forward(model, idx)
+        torch.testing.assert_close(model(idx), expected, rtol=1e-9, atol=1e-9)  # evaluation: the in-place MLP
+    torch.testing.assert_close(model(idx), expected, rtol=1e-9, atol=1e-9)      # training: SwiGLU's autograd path
+    # the explicit-weights path (attention maps, locality; its scores in float32) gives the same stream, causal rows
+    x, ctx, mask = model.inputs(idx)
+    with torch.no_grad():
+        y, w = model.blocks[0](x, model.pos, ctx, mask, need_weights=True)
+        torch.testing.assert_close(y, model.blocks[0](x, model.pos, ctx, mask), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 9, dtype=w.dtype))
+    assert torch.equal(w.triu(1), torch.zeros_like(w))
+
+
+def test_causal_attention_on_every_path():
+    from ropelab.core.model import causal_attention
+
+    q, k, v = torch.randn(3, 2, 7, 4, dtype=torch.float64).unbind(0)
+    q, k, v = q[None], k[None], v[None]
+    bias = torch.randn(2, 7, 7, dtype=torch.float64).masked_fill(torch.ones(7, 7, dtype=torch.bool).triu(1), -math.inf)
+    future = torch.ones(7, 7, dtype=torch.bool).triu(1)
+
+    def explicit(b, scale):
+        return ((q @ k.transpose(-1, -2)) * scale + b).masked_fill(future, -math.inf).softmax(-1) @ v
+
+    torch.testing.assert_close(causal_attention(q, k, v, None, 0.3), explicit(0, 0.3))
+    torch.testing.assert_close(causal_attention(q, k, v, bias, 0.3), explicit(bias, 0.3))          # CPU flash path
+    torch.testing.assert_close(causal_attention(q, k, v, bias[None], 0.3), explicit(bias, 0.3))    # plain SDPA path
