@@ -477,3 +477,19 @@ def test_causal_attention_on_every_path():
     torch.testing.assert_close(causal_attention(q, k, v, None, 0.3), explicit(0, 0.3))
     torch.testing.assert_close(causal_attention(q, k, v, bias, 0.3), explicit(bias, 0.3))          # CPU flash path
     torch.testing.assert_close(causal_attention(q, k, v, bias[None], 0.3), explicit(bias, 0.3))    # plain SDPA path
+
+
+@pytest.mark.parametrize("scaling,options", [("linear", {}), ("ntk", {}), ("yarn", {}),
+                                             ("yarn", {"beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 0.8})])
+def test_rope_builds_its_tables_from_the_scaled_frequencies(scaling, options):
+    from ropelab.core.positional.rotary import inverse_frequencies, scaled_inverse_frequencies
+
+    s = scheme(name="rope", scaling=scaling, scaling_factor=2.0, original_max_len=8, **options)
+    inv, attention = scaled_inverse_frequencies(inverse_frequencies(D // 2), scaling, 2.0, 10000.0, 8,
+                                                options.get("beta_fast", 32.0), options.get("beta_slow", 1.0),
+                                                options.get("attention_factor"))
+    assert torch.equal(s.inv_freq, inv) and s.attention_scaling == attention
+    angles = torch.arange(32, dtype=torch.float64)[:, None] * inv.double()
+    full = torch.cat((angles, angles), -1)
+    torch.testing.assert_close(s.cos.double(), full.cos() * attention, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(s.sin.double(), full.sin() * attention, atol=1e-6, rtol=1e-6)
