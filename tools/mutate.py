@@ -14,8 +14,9 @@ What it does (README, "Testing"):
    and the functions of the mutated files that are not core math (counted apart, not in the score).
 
 Resumable: mutmut keeps each mutant's result in build/mutate/mutants/; run it again and only unchecked mutants
-run. When the mutated sources changed since the last run the scratch results are dropped (all mutants again);
-when only the tests changed, the survivors (and timeouts, "no tests") are run again against the new tests.
+run. When the mutated sources (or pyproject.toml) changed since the last run the scratch results are dropped (all
+mutants again); when only the tests changed, the mutants not killed (survivors, timeouts, "no tests") are run
+again against the new tests first, then the unchecked ones.
 
     python tools/mutate.py [--max-children N] [--only GLOB ...] [--fresh] [--record-only]
 
@@ -82,10 +83,10 @@ def export_head(fresh: bool) -> tuple[dict, bool]:
         git("init", "-q", cwd=SCRATCH)
     with open(SCRATCH / ".gitignore", "a") as f:
         f.write("\nmutants/\nmutate-state.json\n")
-    tests_changed = "tests" in state and state["tests"] != tests
+    checked_with = state.get("rechecked_with", state.get("tests"))  # the tests the results were last checked with
     state.update(tests=tests, commit=git("rev-parse", "HEAD"))
     save_state(state)
-    return state, tests_changed
+    return state, checked_with not in (None, tests)
 
 
 def mutmut(*args: str) -> int:
@@ -292,12 +293,16 @@ def main(argv: list[str] | None = None) -> int:
         state, tests_changed = export_head(a.fresh)
         started, t0 = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"), time.monotonic()
         args = ["run", "--max-children", str(a.max_children)]
-        rc = mutmut(*args, *a.only)
-        if rc == 0 and tests_changed:
+        rc = 0
+        if tests_changed:  # first the mutants that the new tests may kill, then the unchecked ones
             again = sorted(n for n, r in results().items() if r["status"] in RERUN)
             if again:
-                print(f"the tests changed since these results: running the {len(again)} survivors again")
+                print(f"the tests changed since these results: running the {len(again)} not killed again")
                 rc = mutmut(*args, *again)
+        if rc == 0:
+            state["rechecked_with"] = state["tests"]
+            save_state(state)
+            rc = mutmut(*args, *a.only)
         wall = time.monotonic() - t0
         state["wall_s"] = state.get("wall_s", 0.0) + wall
         state.setdefault("passes", []).append({"started": started, "commit": state["commit"],
