@@ -459,6 +459,10 @@ def test_the_model_is_its_definition(name):
     with torch.no_grad():
         y, w = model.blocks[0](x, model.pos, ctx, mask, need_weights=True)
         torch.testing.assert_close(y, model.blocks[0](x, model.pos, ctx, mask), rtol=1e-4, atol=1e-5)
+        attn = model.blocks[0].attn  # called as attention maps call it: the output alone unless weights are asked for
+        h = model.blocks[0].attn_norm(x)
+        torch.testing.assert_close(attn(h, model.pos, ctx, mask), attn(h, model.pos, ctx, mask, need_weights=True)[0],
+                                   rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 9, dtype=w.dtype))
     assert torch.equal(w.triu(1), torch.zeros_like(w))
 

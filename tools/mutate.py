@@ -10,7 +10,8 @@ What it does (README, "Testing"):
    the mutated function (mutmut's own coverage map), under a CPU-time limit;
 3. writes results/mutation/summary.json and results/mutation/README.md from mutmut's result files: tool and
    version, date, machine, scope, test command, counts, score, wall time and the commit measured, each survivor
-   with its diff, and what results/mutation/triage.toml lists: the mutants that are equivalent (with the reason)
+   with its diff, and what results/mutation/triage.toml lists: the mutants that are equivalent (with the reason),
+   those that stay alive because killing them is out of the fast tests' reach (why; they count against the score)
    and the functions of the mutated files that are not core math (counted apart, not in the score).
 
 Resumable: mutmut keeps each mutant's result in build/mutate/mutants/; run it again and only unchecked mutants
@@ -146,8 +147,9 @@ def write_record(state: dict) -> dict:
     config = tomllib.loads((SCRATCH / "pyproject.toml").read_text())["tool"]["mutmut"]
     triage = tomllib.loads((RECORD / "triage.toml").read_text())
     equivalent = {e["name"]: e["why"] for e in triage.get("equivalent", [])}
+    hard = {e["name"]: e["why"] for e in triage.get("hard", [])}
     by_name = results()
-    unknown = sorted(set(equivalent) - set(by_name))
+    unknown = sorted((set(equivalent) | set(hard)) - set(by_name))
     if unknown:
         sys.exit(f"results/mutation/triage.toml names mutants that do not exist: {', '.join(unknown)}")
     out_of_scope = []
@@ -211,7 +213,8 @@ def write_record(state: dict) -> dict:
         "wall_s": round(state.get("wall_s", 0.0), 1),
         "passes": state.get("passes", []),
         "per_file": files,
-        "remaining": {n: {"status": by_name[n]["status"], "diff": shown[n]} for n in not_killed},
+        "remaining": {n: {"status": by_name[n]["status"], "diff": shown[n], **({"hard": hard[n]} if n in hard else {})}
+                      for n in not_killed},
         "equivalent": {n: {"why": equivalent[n], "status": by_name[n]["status"], "diff": shown[n]}
                        for n in sorted(equivalent)},
         "out_of_scope": out_of_scope,
@@ -265,7 +268,8 @@ def markdown(s: dict) -> str:
     if not s["remaining"]:
         lines.append("None.")
     for name, r in s["remaining"].items():
-        lines += [f"- `{name}` ({r['status']})", "", "  ```diff", *("  " + l for l in r["diff"].splitlines()),
+        why = f": hard — {r['hard']}" if "hard" in r else ""
+        lines += [f"- `{name}` ({r['status']}){why}", "", "  ```diff", *("  " + l for l in r["diff"].splitlines()),
                   "  ```"]
     lines += ["", f"## Equivalent ({len(s['equivalent'])})", ""]
     for name, r in s["equivalent"].items():
