@@ -223,8 +223,9 @@ def test_answer_metrics_by_hand():
     from ropelab.core.lit import AnswerMetrics
 
     V = 5
-    targets = torch.tensor([[IGNORE, 2, 3, IGNORE], [IGNORE, IGNORE, 4, 1], [IGNORE, 0, IGNORE, IGNORE]])
+    targets = torch.tensor([[IGNORE, 2, 3, IGNORE], [IGNORE, IGNORE, 4, 4], [IGNORE, 0, IGNORE, IGNORE]])
     preds = torch.tensor([[0, 2, 3, 0], [1, 1, 4, 2], [3, 0, 1, 1]])  # answers: right; half right; right
+    # (micro accuracy 4/5; per class 1, 1, 1/2, 1: a macro average would say 7/8)
     logits = F.one_hot(preds, V).float() * 4.0
     m = AnswerMetrics(V)
     m.update(logits[:2], targets[:2], torch.tensor([7, 9]))
@@ -255,6 +256,7 @@ def test_warmup_then_cosine_by_hand():
     values = [warmup_cosine(s, warmup=10, total=110, min_ratio=0.1) for s in (0, 4, 9, 10, 60, 110, 500)]
     assert values == pytest.approx([0.1, 0.5, 1.0, 1.0, 0.55, 0.1, 0.1])
     assert warmup_cosine(5, warmup=5, total=5, min_ratio=0.0) == 1.0  # no cosine phase: no division by zero
+    assert warmup_cosine(11, warmup=10, total=11, min_ratio=0.0) == 0.0  # a one-step cosine phase ends at the floor
     assert warmup_cosine(35, warmup=10, total=110, min_ratio=0.0) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
 
 
@@ -497,3 +499,39 @@ def test_rope_builds_its_tables_from_the_scaled_frequencies(scaling, options):
     full = torch.cat((angles, angles), -1)
     torch.testing.assert_close(s.cos.double(), full.cos() * attention, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(s.sin.double(), full.sin() * attention, atol=1e-6, rtol=1e-6)
+
+
+def test_the_backbone_initialisation_and_defaults():
+    from ropelab.core.model import Attention, Block, Llama, LlamaConfig, build_model
+
+    cfg = LlamaConfig(vocab_size=64, max_len=16, d_model=64, n_layers=2, n_heads=2, mlp_hidden=128, init_std=0.1)
+    torch.manual_seed(0)
+    model = build_model(cfg, {"name": "spectral"})
+    std = {n: float(p.detach().std()) for n, p in model.named_parameters()}
+    for name in ("embed.weight", "blocks.0.attn.qkv.weight", "blocks.1.mlp.gate_up.weight", "lm_head.weight"):
+        assert 0.09 < std[name] < 0.11, name
+    for name in ("blocks.0.attn.out.weight", "blocks.1.mlp.down.weight"):  # GPT-2: residual outputs / √(2 · layers)
+        assert 0.045 < std[name] < 0.055, name
+    assert torch.equal(model.pos.omega.detach()[0], model.pos.omega_init[0])  # the scheme keeps its own init
+    assert all(m.bias is None for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert Llama(cfg, positional.build({"name": "rope"}, 32, 2, 16)).blocks[0].attn.momentum_gamma == 0.0
+    assert Block(cfg, 32).attn.momentum_gamma == 0.0 and Attention(cfg, 32).momentum_gamma == 0.0
+
+
+def test_attention_under_bf16_autocast_stays_in_float32():
+    """attn_fp32: under CPU bf16 autocast the attention itself runs in float32 (its bias and scale as without)."""
+    from ropelab.core.model import LlamaConfig, build_model
+
+    cfg = LlamaConfig(vocab_size=11, max_len=16, d_model=32, n_layers=1, n_heads=2, mlp_hidden=48, init_std=0.3)
+    for name in ("alibi", "pope"):
+        torch.manual_seed(0)
+        model = build_model(cfg, {"name": name})
+        block = model.blocks[0]
+        x, ctx, mask = model.inputs(torch.randint(0, 11, (2, 9)))
+        h = block.attn_norm(x)
+        with torch.no_grad():
+            expected = block.attn(h, model.pos, ctx, mask, need_weights=True)[0]  # explicit float32 softmax
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got = block.attn(h, model.pos, ctx, mask)
+        # the projections run in bf16 (≈ 3 significant digits); the attention does not drop to it, nor lose its bias
+        torch.testing.assert_close(got.float(), expected, atol=0.03, rtol=0.03)
