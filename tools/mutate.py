@@ -32,6 +32,7 @@ import datetime as dt
 import fnmatch
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -159,6 +160,17 @@ def write_record(state: dict) -> dict:
         out_of_scope.append({**rule, "mutants": len(names)})
         for n in names:
             del by_name[n]
+    line_rules = triage.get("out_of_scope_lines", [])
+    if line_rules:  # mutants that change a line matching a pattern (the diff's removed lines)
+        every = diffs(sorted(by_name), by_name)
+        for rule in line_rules:
+            pattern = re.compile(rule["pattern"])
+            names = [n for n in sorted(by_name) if any(pattern.search(line[1:]) for line in every[n].splitlines()
+                                                       if line.startswith("-"))]
+            out_of_scope.append({"glob": f"lines matching {rule['pattern']}", "why": rule["why"],
+                                 "mutants": len(names)})
+            for n in names:
+                del by_name[n]
     for name, r in by_name.items():
         if name in equivalent:
             r["equivalent"] = equivalent[name]
