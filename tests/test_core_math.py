@@ -141,7 +141,9 @@ def test_length_scalings_by_their_formulas():
     # pair i turns i·θ_i·L/(2π) times over L tokens: 32 turns at pair ≈ −1.57 → 0, one turn at ≈ 10.47 → 11
     assert yarn_correction_range(32, 1, dim, base, L) == (0, 11)
     assert yarn_correction_range(32, 1, 16, base, 64) == (0, 3)
+    assert yarn_correction_range(32, 1, 16, base, 10 ** 9) == (13, 15)  # pairs 13.4 and 16.4, clipped to D/2 − 1
     assert yarn_mscale(1.0) == 1.0 and yarn_mscale(0.5) == 1.0
+    assert yarn_mscale(1.5) == pytest.approx(0.1 * math.log(1.5) + 1)
     assert yarn_mscale(s) == pytest.approx(0.1 * math.log(s) + 1)
     yarn, a = scaled_inverse_frequencies(inv, "yarn", s, base, original_max_len=L)
     ramp = ((torch.arange(dim // 2, dtype=torch.float64) - 0) / (11 - 0)).clamp(0, 1)  # 0: keep θ, 1: θ / s
@@ -613,3 +615,27 @@ def test_decode_and_decode_example_by_hand():
     assert task.decode([ids[1]], sep="") == "3"
     assert task.decode_example(inputs, targets) == ("<bos> 3 + 4 + 5 = 5", "5")
     assert task.decode_example(inputs, np.full(len(inputs), IGNORE)) == ("<bos> 3 + 4 + 5 =", "")
+
+
+@pytest.mark.parametrize("side", ["query", "key"])
+def test_spectral_amplitude_on_one_side_and_its_frequency_options(side):
+    s = scheme(name="spectral", phase_std=0.0, amplitude_on=side)
+    with torch.no_grad():
+        s.amplitude.fill_(2.0)
+    q, k = torch.randn(1, H, T, D), torch.randn(1, H, T, D)
+    rq, rk = qk(s, q, k)
+    pq, pk = qk(scheme(name="rope"), q, k)
+    torch.testing.assert_close(rq, pq * (2.0 if side == "query" else 1.0))
+    torch.testing.assert_close(rk, pk * (2.0 if side == "key" else 1.0))
+    single = scheme(name="spectral", freqs="single", single_freq=0.3)
+    assert torch.equal(single.omega.detach(), torch.full((H, D // 2), 0.3))
+    assert float(single.phase.detach().abs().max()) < 0.01  # N(0, 1e-3) by default
+
+
+def test_pack_refuses_a_sequence_longer_than_seq_len_plus_one():
+    from tasks.base import pack
+
+    inputs, targets = pack([[1, 2, 3]], [2], seq_len=2)  # fits exactly: inputs drop the last token
+    assert inputs.tolist() == [[1, 2]] and targets.tolist() == [[IGNORE, 3]]
+    with pytest.raises(ValueError, match="does not fit"):
+        pack([[1, 2, 3, 4]], [2], seq_len=2)
