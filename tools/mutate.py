@@ -198,7 +198,7 @@ def write_record(state: dict) -> dict:
     partly = [f for f, v in files.items() if 0 < v["checked"] < v["mutants"]]
     unchecked = [f for f, v in files.items() if v["checked"] == 0]
 
-    not_killed = sorted(n for n, r in by_name.items() if r["status"] in RERUN and "equivalent" not in r)
+    not_killed = sorted(n for n, r in by_name.items() if r["status"] in RERUN - DETECTED and "equivalent" not in r)
     shown = diffs(not_killed + sorted(equivalent), by_name)
     selection = config["pytest_add_cli_args_test_selection"]
     summary = {
