@@ -28,6 +28,20 @@ test-all: $(STAMP) $(VENV)/hf/.installed
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
 
+# Mutation testing of the core math (README "Testing"; tools/mutate.py, [tool.mutmut] in pyproject.toml): mutmut
+# on a scratch copy of HEAD in build/mutate/, each mutant against the fast tests of its module; writes
+# results/mutation/{README.md,summary.json} (commit them). Slow (hours on 2 shared cores), kept out of CI, resumable:
+# run it again and only unchecked mutants run. ARGS="--max-children 2", "--only 'ropelab.core.positional.*'",
+# "--record-only", "--fresh". mutmut is the `mutate` extra, installed into the venv on first use.
+.PHONY: mutate
+MUTATE_STAMP := $(VENV)/.mutate-installed
+$(MUTATE_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,mutate]"
+	touch $(MUTATE_STAMP)
+
+mutate: $(MUTATE_STAMP)
+	$(PY) tools/mutate.py $(ARGS)
+
 # ---- sweeps and reports (README, "Sweeps and reports"). LAUNCHER=joblib runs jobs in parallel on this
 # machine, LAUNCHER=slurm submits them to SLURM; ARGS adds overrides (e.g. ARGS="seed=0 trainer.max_steps=50").
 SWEEP    ?=
