@@ -160,12 +160,15 @@ bifocal-calibrated: $(STAMP)
 	$(PY) -m ropelab.learning_speed results/bifocal_calibrated || st=1; \
 	exit $$st
 
-# the momentum γ sweeps at calibrated sizes and budgets, then their report
+# the momentum γ sweeps at calibrated sizes and budgets (+ seeds 3–5 of global counting at γ 0 and 2, where 3 seeds
+# could not tell), then their report
 momentum-calibrated: $(STAMP)
 	@st=0; \
 	for p in $$(ls conf/experiment | sed -n 's/^\(momentum_calibrated_.*\)\.yaml$$/\1/p'); do \
 	  $(PY) train.py -m experiment=$$p $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	done; \
+	$(PY) train.py -m experiment=momentum_calibrated_global_counting pos.momentum.gamma=0,2.0 seed=3,4,5 \
+	  record=results/momentum_calibrated $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) -m ropelab.report results/momentum_calibrated --out results/momentum_calibrated/report --no-attention || st=1; \
 	$(PY) -m ropelab.momentum_report results/momentum_calibrated --out results/momentum_calibrated/report || st=1; \
 	exit $$st
