@@ -77,8 +77,9 @@ class IndirectIndexing(Task):
                  format: str = "paper", n_letters: int = len(LETTERS), rung: int | None = None):
         require_int(shift_max, "task.shift_max", 0)
         require_int(len_min, "task.len_min", shift_max + 1, f"an integer > task.shift_max ({shift_max})")
-        require(isinstance(n_letters, int) and not isinstance(n_letters, bool) and 2 <= n_letters <= len(LETTERS),
-                "task.n_letters", n_letters, f"an integer in 2..{len(LETTERS)} (the first n of A…Z a…z)")
+        letters_allowed = f"an integer in 2..{len(LETTERS)} (the first n of A…Z a…z)"
+        require_int(n_letters, "task.n_letters", 2, letters_allowed)
+        require(n_letters <= len(LETTERS), "task.n_letters", n_letters, letters_allowed)
         allowed = f"an integer in task.len_min ({len_min})..task.n_letters ({n_letters}): the letters are unique"
         require_int(len_max, "task.len_max", len_min, allowed)
         require(len_max <= n_letters, "task.len_max", len_max, allowed)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from ropelab.core.errors import require
+from ropelab.core.errors import require, require_int
 from tasks.base import Task
 
 SPLITS = {"train": 0, "val": 1, "test": 2, "ood": 3}
@@ -122,9 +122,10 @@ class TaskDataModule(L.LightningDataModule):
                  test_size: int = 512, ood_size: int = 512, eval_batch_size: int = 128, train_size: int | None = None):
         super().__init__()
         for key, value in dict(batch_size=batch_size, val_size=val_size, test_size=test_size, ood_size=ood_size,
-                               eval_batch_size=eval_batch_size, train_size=train_size).items():
-            require(key == "train_size" and value is None or isinstance(value, int) and not isinstance(value, bool)
-                    and value >= 1, f"data.{key}", value, "an integer >= 1" + (" or null" * (key == "train_size")))
+                               eval_batch_size=eval_batch_size).items():
+            require_int(value, f"data.{key}", 1)
+        if train_size is not None:
+            require_int(train_size, "data.train_size", 1, "an integer >= 1 or null")
         self.task, self.ood_task = task, ood_task
         self.seed, self.batch_size, self.eval_batch_size = seed, batch_size, eval_batch_size
         self.sizes = {"val": val_size, "test": test_size, "ood": ood_size}
