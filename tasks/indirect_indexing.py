@@ -22,8 +22,9 @@ from the 52), one token each; then a source letter taken from the string, the sh
 ``shift`` places from the source letter (negative: to its left). The shift is uniform in
 [-shift_max, shift_max] (0 included, as in the paper), and the source letter is uniform among the positions
 from which that shift lands inside the string. Loss on the final answer token only (in both formats).
-Group key: the string length, in bins of ``group_bin`` labelled by their longest length (bin 25 = lengths
-21–25; with the defaults no bin mixes training and OOD lengths).
+Group key (``group_by``): ``length`` (default), the string length in bins of ``group_bin`` labelled by their longest
+length (bin 25 = lengths 21–25; with the defaults no bin mixes training and OOD lengths); or ``shift``, the shift
+itself, so a run's per-group accuracy tells the lookup (shift ≠ 0) from copying the source letter (shift 0).
 OOD split: longer strings (41–52; training uses 20–40).
 
 Size knobs (issue 22): ``len_min``/``len_max`` (the string), ``shift_max`` (the shift range) and ``n_letters``
@@ -57,6 +58,7 @@ from tasks.base import BOS, PAD, Task, pack
 
 LETTERS = string.ascii_uppercase + string.ascii_lowercase
 FORMATS = ("paper", "compact")
+GROUP_BY = ("length", "shift")
 DIGITS = "0123456789"
 # The size ladder (issue 22): rung → sizes, the paper's at the top. PLACEHOLDERS until calibrated
 # (conf/experiment/calibrate_indirect_indexing.yaml): change a rung here and its docstring example above.
@@ -74,7 +76,8 @@ class IndirectIndexing(Task):
     length_knobs = ("len_min", "len_max")  # scaled by ropelab.experiments.extrapolate
 
     def __init__(self, len_min: int = 20, len_max: int = 40, shift_max: int = 15, group_bin: int = 5,
-                 format: str = "paper", n_letters: int = len(LETTERS), rung: int | None = None):
+                 format: str = "paper", n_letters: int = len(LETTERS), rung: int | None = None,
+                 group_by: str = "length"):
         require_int(shift_max, "task.shift_max", 0)
         require_int(len_min, "task.len_min", shift_max + 1, f"an integer > task.shift_max ({shift_max})")
         letters_allowed = f"an integer in 2..{len(LETTERS)} (the first n of A…Z a…z)"
@@ -85,6 +88,8 @@ class IndirectIndexing(Task):
         require(len_max <= n_letters, "task.len_max", len_max, allowed)
         require_int(group_bin, "task.group_bin", 1)
         require(format in FORMATS, "task.format", format, f"one of {', '.join(FORMATS)}")
+        require(group_by in GROUP_BY, "task.group_by", group_by, f"one of {', '.join(GROUP_BY)}")
+        self.group_name = self.group_by = group_by
         if rung is not None:
             require(rung in RUNGS, "task.rung", rung, f"null or one of {', '.join(map(str, RUNGS))} (RUNGS)")
             own = RUNGS[rung]
@@ -142,4 +147,6 @@ class IndirectIndexing(Task):
             sequences.append(seq)
             starts.append(len(seq) - 1)
         inputs, targets = pack(sequences, starts, self.seq_len)
+        if self.group_by == "shift":
+            return inputs, targets, shift
         return inputs, targets, -(-length // self.group_bin) * self.group_bin  # the bin's longest length

@@ -93,11 +93,26 @@ def test_the_default_is_the_papers_task_as_before():
     (dict(len_min=5, len_max=14, shift_max=2, n_letters=13), "task.len_max"),
     (dict(rung=7), "task.rung"),
     (dict(rung=2), "task.rung"),                                # the paper's sizes are not rung 2's
+    (dict(group_by="depth"), "task.group_by"),
 ])
 def test_bad_knobs_are_one_line_naming_the_key(params, key):
     with pytest.raises(ConfigError) as err:
         tasks.build("indirect_indexing", **params)
     assert str(err.value).startswith(f"{key}=") and "\n" not in str(err.value)
+
+
+def test_grouping_by_shift_keys_each_example_by_the_shift_it_writes():
+    by_length = tasks.build("indirect_indexing", **{k: ii.RUNGS[2][k] for k in ("len_min", "len_max", "shift_max", "n_letters")})
+    by_shift = tasks.build("indirect_indexing", group_by="shift",
+                           **{k: ii.RUNGS[2][k] for k in ("len_min", "len_max", "shift_max", "n_letters")})
+    x, y, groups = by_shift.sample_grouped(np.random.default_rng(3), 200)
+    x0, y0, _ = by_length.sample_grouped(np.random.default_rng(3), 200)
+    assert (x == x0).all() and (y == y0).all()          # the grouping changes only the key, not the draws
+    assert by_shift.group_name == "shift" and by_length.group_name == "length"
+    for row, group in zip(x, groups):
+        written = by_shift.text(row).split(", ")[2]        # "JBLAGEFMCI, G, 1, " → "1"
+        assert int(written) == group
+    assert set(groups.tolist()) == set(range(-2, 3))
 
 
 def test_a_bad_rung_through_the_ladder_is_one_line_naming_task_rung():
