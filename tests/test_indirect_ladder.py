@@ -19,6 +19,7 @@ from ropelab.core.build import check_config
 from ropelab.core.config import compose
 from ropelab.core.data import TRAIN_SET_CHUNK, FixedTrainSet, TaskDataModule, compact_dtype, draw, draw_train_set
 from ropelab.core.errors import ConfigError
+from ropelab.core.schema import resolved
 from ropelab.analysis.guess import context_guess_accuracy, guess_accuracy
 from tasks.base import IGNORE
 
@@ -116,9 +117,25 @@ def test_grouping_by_shift_keys_each_example_by_the_shift_it_writes():
 
 
 def test_a_bad_rung_through_the_ladder_is_one_line_naming_task_rung():
-    for bad in ("task.rung=9", "task.rung=null"):
-        with pytest.raises(ConfigError, match=r"^task\.rung=(9|None) is invalid: one of 1, 2, 3, 4"):
+    for bad in ("task.rung=9", "task.rung=0"):
+        with pytest.raises(ConfigError, match=r"^task\.rung=(9|0) is invalid: one of 1, 2, 3, 4"):
             check_config(compose(["experiment=pope_ladder", "pos=rope", "seed=0", bad]))
+
+
+def test_the_rung_alone_sets_every_size_and_null_is_the_papers():
+    def sizes(*overrides):
+        task = resolved(compose(["task=indirect_indexing", "pos=rope", *overrides]))["task"]
+        ood = task.pop("ood")
+        return {**{k: task[k] for k in ii.RUNGS[1] if not k.startswith("ood")},
+                "ood_len_min": ood["len_min"], "ood_len_max": ood["len_max"]}
+
+    assert sizes() == ii.RUNGS[4]
+    bare = tasks.build("indirect_indexing")
+    assert {k: getattr(bare, k) for k in ("len_min", "len_max", "shift_max", "n_letters", "group_bin")} == \
+        {k: ii.RUNGS[4][k] for k in ("len_min", "len_max", "shift_max", "n_letters", "group_bin")}
+    for rung in ii.RUNGS:
+        assert sizes(f"task.rung={rung}") == ii.RUNGS[rung]
+    assert sizes("task.rung=2", "task.len_max=12")["len_max"] == 12   # a size set on its own wins
 
 
 def test_the_guess_floor_of_a_rung_is_a_uniform_guess_among_the_strings_letters():

@@ -25,13 +25,15 @@ PROGRESS = ("auto", "bar", "lines", "off")
 
 
 def ladder(task: str, rung: Any, key: str) -> Any:
-    """``${ladder:TASK,RUNG,KEY}``: KEY of rung RUNG of TASK's size ladder (``RUNGS`` in tasks/TASK.py), so a preset
-    sets every size of a rung from one axis, ``task.rung`` (conf/experiment/pope_ladder.yaml); a config.yaml keeps
-    the resolved sizes."""
+    """``${ladder:TASK,RUNG,KEY}``: KEY of rung RUNG of TASK's size ladder (``RUNGS`` in tasks/TASK.py), so the
+    task's yaml sets every size from one key, ``task.rung`` (conf/task/indirect_indexing.yaml); RUNG null is the
+    ladder's top rung, the paper's sizes (the task's defaults). A config.yaml keeps the resolved sizes."""
     import tasks
 
     rungs = getattr(__import__(f"tasks.{task}", fromlist=["RUNGS"]), "RUNGS", None) if task in tasks.names() else None
     require(rungs is not None, "ladder", task, "a task with a size ladder (RUNGS in tasks/<task>.py)")
+    if rung is None:
+        rung = max(rungs)
     require(rung in rungs, "task.rung", rung, f"one of {', '.join(map(str, rungs))} (RUNGS in tasks/{task}.py)")
     require(key in rungs[rung], "ladder", key, f"one of {', '.join(rungs[rung])}")
     return rungs[rung][key]
