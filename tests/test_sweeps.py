@@ -34,6 +34,7 @@ EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call 
                       "pos": {"rope", "pope", "rope_half", "alibi", "learned_abs", "sinusoidal"}},
     # issue 22: the size ladder (task.rung) and Table 9's baselines at one rung
     "pope_ladder": {"task": {"indirect_indexing"}, "pos": {"rope", "pope"}, "task.rung": {"1", "2", "3"}},
+    "pope_ladder_b256": {"task": {"indirect_indexing"}, "pos": {"rope", "pope"}, "task.rung": {"1", "2"}},
     "pope_baselines": {"task": {"indirect_indexing"},
                        "pos": {"rope", "pope", "rope_half", "alibi", "learned_abs", "sinusoidal"}},
     "momentum_gamma": {"task": {"assoc_recall", "variable_tracking", "global_counting", "mean_pooling"},
