@@ -402,3 +402,25 @@ def test_lockin_step(loss, expected):
         assert math.isnan(got)
     else:
         assert got == expected
+
+
+def test_report_shows_exact_match_per_group_mean_sd_and_n_and_reads_old_records(tmp_path):
+    sweep = tmp_path / "synthetic"
+    flat = np.full(400, 1.07)
+    for seed, (zero, one) in enumerate([(1.0, 0.2), (1.0, 0.4)]):
+        run = _fake_run(sweep, "pope", seed, "completed", flat, task="indirect_indexing")
+        summary = json.loads((run / "summary.json").read_text())
+        summary["per_group"] = {"group": "shift", "metric": "exact",
+                                "test": {"0": {"exact": zero, "examples": 10}, "-1": {"exact": one, "examples": 10}}}
+        (run / "summary.json").write_text(json.dumps(summary))
+    old = _fake_run(sweep, "rope", 0, "completed", flat, task="indirect_indexing")
+    summary = json.loads((old / "summary.json").read_text())
+    summary["per_group"] = {"test": {"0": 0.9}}   # older code: no group name, bare fractions
+    (old / "summary.json").write_text(json.dumps(summary))
+    md = (report.write_report(sweep, tmp_path / "report") / "report.md").read_text()
+    block = md.split("### indirect_indexing: test exact match (%) per length / shift")[1].split("##")[0]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in block.splitlines() if line.startswith("| ") and not line.startswith("| length")}
+    assert rows["-1"] == ["—", "30.0 ± 14.1 (n=2)"]     # columns: rope, pope; sorted as numbers, -1 first
+    assert rows["0"] == ["90.0 (n=1)", "100.0 ± 0.0 (n=2)"]
+    assert list(rows) == ["-1", "0"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ropelab.analysis.report.cells import LANDMARKS, LOCKIN, METRICS, ONSET, metric_title, pivot
+import tasks
+
+from ropelab.analysis.report.cells import LANDMARKS, LOCKIN, METRICS, ONSET, mean_sd, metric_title, pivot
 from ropelab.analysis.report.figures import file_part
 from ropelab.analysis.report.records import Run
 from ropelab.analysis.report.sweep import Sweep
@@ -73,6 +75,49 @@ def comparison_section(sweep: Sweep) -> list[str]:
             "initialisation), [95 % t interval], n pairs; `*` = the interval excludes 0. A landmark that a run "
             "never reached (none) leaves its pair out.", "",
             markdown_table(pd.DataFrame(rows).set_index("task"), "task"), ""]
+
+
+GROUP_SPLITS = ("test", "ood")
+
+
+def _group_order(label: str) -> tuple:
+    try:
+        return (0, float(label), label)
+    except ValueError:
+        return (1, 0.0, label)
+
+
+def group_section(sweep: Sweep) -> list[str]:
+    """Exact match per group (the task's group key: gap, depth, length bin, shift), test and OOD splits, per task
+    and column: what one accuracy hides — which gaps, depths or shifts a scheme gets right."""
+    md = []
+    for task in sweep.tasks():
+        for split in GROUP_SPLITS:
+            names, cells = set(), {}
+            for column in sweep.columns():
+                for run in sweep.runs_in(task, column):
+                    per_group = (run.summary or {}).get("per_group") or {}
+                    if run.status != "completed" or not per_group.get(split):
+                        continue
+                    # records of older code: no name (the task's default key), bare fractions
+                    names.add(per_group.get("group") or getattr(tasks.registry().get(task), "group_name", "group"))
+                    for group, counts in per_group[split].items():
+                        exact = counts["exact"] if isinstance(counts, dict) else counts
+                        cells.setdefault(group, {}).setdefault(column, []).append(exact)
+            if not cells:
+                continue
+            table = pd.DataFrame(index=sorted(cells, key=_group_order), columns=sweep.columns(), dtype=object)
+            for group, by_column in cells.items():
+                for column, values in by_column.items():
+                    mean, sd, n = mean_sd(values)
+                    table.loc[group, column] = f"{100 * mean:.1f}" + ("" if n < 2 else f" ± {100 * sd:.1f}") + f" (n={n})"
+            name = " / ".join(sorted(names))
+            md += [f"### {task}: {split} exact match (%) per {name}", "",
+                   markdown_table(table.fillna("—"), name), ""]
+    if md:
+        md = ["## Per group", "", "Mean ± SD over completed runs of each run's exact match within the group "
+              "(the task's group key; `task.group_by` where the task offers one), n runs.", "", *md]
+    return md
 
 
 def degradation_section(deg: pd.DataFrame, name: str) -> tuple[list[str], str]:

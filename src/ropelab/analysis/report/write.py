@@ -12,7 +12,8 @@ from ropelab.analysis.report.figures import attention_section, curves_section, p
 from ropelab.analysis.report.momentum import default_ckpt_roots, section as momentum_section
 from ropelab.analysis.report.papers import PAPER_VALUES, load_paper_values
 from ropelab.analysis.report.records import read_yaml
-from ropelab.analysis.report.results import comparison_section, degradation_section, metric_tables, papers_section
+from ropelab.analysis.report.results import (comparison_section, degradation_section, group_section, metric_tables,
+                                             papers_section)
 from ropelab.analysis.report.status import runs_table, status_section
 from ropelab.analysis.report.sweep import GAMMA, Sweep
 from ropelab.analysis.stats import Landmarks
@@ -58,6 +59,7 @@ def write_report(sweep_dir: Path, out: Path | None = None, rule: Landmarks | Non
         tex.append(deg_tex)
     if GAMMA in sweep.col_keys:  # momentum study (issue 10): degradation by seed, γ verdicts, sharpening
         md += momentum_section(sweep, out, dpi, attention, attn_layer, ckpt_roots=default_ckpt_roots(sweep.root))
+    md += group_section(sweep)
     md += curves_section(sweep, out, dpi)
     md += params_section(sweep, out, dpi, (papers.get("bifocal") or {}).get("phase_mean_offset_rad"))
     if attention and GAMMA in sweep.col_keys:
