@@ -100,7 +100,8 @@ pope-gpu: $(STAMP)
 	$(MAKE) pope-table POPE_COMPILE=auto LAUNCHER=gpu_shared POPE_PREFIX=data.train_size=$(POPE_TRAIN_SIZE), \
 	  ARGS="hydra.launcher.n_jobs=$(POPE_JOBS) trainer.accelerator=gpu data.train_size=$(POPE_TRAIN_SIZE) $(ARGS)"
 
-# The size ladder (issue 22; conf/experiment/pope_ladder.yaml, pope_baselines.yaml): rope vs pope × rungs × 3 seeds,
+# The size ladder (issue 22; conf/experiment/pope_ladder.yaml at batch 64, pope_ladder_b256.yaml at batch 256,
+# pope_baselines.yaml): rope vs pope × rungs × 3 seeds,
 # then Table 9's baselines and PoPE's δ init at one rung; each ends with its report (and pope-baselines with the
 # frequency-usage figure of its seed-0 rope and pope runs) in results/<preset>/. Calibrate first:
 # make calibrate TASK=indirect_indexing. E.g. make pope-ladder LAUNCHER=joblib ARGS="trainer.threads=1"
@@ -108,9 +109,11 @@ pope-gpu: $(STAMP)
 LADDER_RUN = runs/pope_baselines/pos=$(1),seed=0,task=indirect_indexing
 pope-ladder: $(STAMP)
 	@st=0; \
-	$(PY) train.py -m experiment=pope_ladder $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
-	$(PY) -m ropelab.report results/pope_ladder --out results/pope_ladder/report || st=1; \
-	echo "next: git add results/pope_ladder && git commit -m 'records: pope_ladder' -- results/pope_ladder"; \
+	for preset in pope_ladder pope_ladder_b256; do \
+	  $(PY) train.py -m experiment=$$preset $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	  $(PY) -m ropelab.report results/$$preset --out results/$$preset/report || st=1; \
+	done; \
+	echo "next: git add results/pope_ladder* && git commit -m 'records: pope_ladder' -- results/pope_ladder*"; \
 	exit $$st
 
 pope-baselines: $(STAMP)
