@@ -14,11 +14,12 @@ import pandas as pd
 from ropelab.analysis.report.records import Run, find_run_dirs, load_run, smoothed_train_loss
 from ropelab.analysis.stats import Landmarks, lockin_step, onset_step, train_loss
 
-# config keys that never define a table column: bookkeeping, threads, loggers, evaluation batch size
+# config keys that never define a table column: bookkeeping, threads, loggers, evaluation batch size, and how the
+# per-group accuracy is keyed (task.group_by: it changes no example)
 IGNORED_KEYS = {"seed", "name", "resume", "record", "record_also", "rerun", "retry_failed", "trainer.threads",
                 "trainer.progress",
                 "trainer.compile", "trainer.accelerator", "trainer.devices", "trainer.precision",
-                "data.eval_batch_size"}  # precision and machine: listed in "Machines and code" instead
+                "data.eval_batch_size", "task.group_by"}  # precision and machine: listed in "Machines and code" instead
 IGNORED_PREFIXES = ("logger.", "hydra.")
 TASK_ORDER = ["dyck3", "bio_rotation", "mod_arith", "indirect_indexing", "assoc_recall", "variable_tracking",
               "global_counting", "mean_pooling", "code_lm"]
