@@ -123,4 +123,6 @@ def test_mix_bench_quick_writes_every_lever_and_the_targets(tmp_path):
                                                               for v in table["levers"].values())
     assert [t["threshold"] for t in mixes["targets"]] == [2.0, 0.85]  # momentum's target, then PoPE's vs rope
     assert set(mixes["profiles"]) == {"momentum_gamma", "pope_indirect"}
+    packed = [c["cell"] for c in mixes["tables"]["pope_indirect"]["cells"] if "packed ×4" in c]
+    assert [name.split(" (")[0] for name in packed] == ["rope", "pope"]  # packed beside rope's and PoPE's singles
     assert "| momentum_gamma | 72 |" in (tmp_path / "mixes.md").read_text()

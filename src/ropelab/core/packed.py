@@ -117,9 +117,10 @@ class Pack:
                 logits = torch.func.vmap(self._forward, in_dims=(0, None, 0))(self.params, self.buffers, inputs)
             return torch.func.vmap(LitLM.loss)(logits, targets)
 
-    def step(self) -> list[float | None]:
-        """One training step of every member; its loss, or None for a member diverged before this step."""
-        inputs, targets = self.batch(self.steps)
+    def step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float | None]:
+        """One training step of every member on its own batch (``batch``: given instead, as the bench does); its
+        loss, or None for a member diverged before this step."""
+        inputs, targets = batch if batch is not None else self.batch(self.steps)
         losses = self.losses(inputs, targets)
         losses.sum().backward()  # members share no parameter: each slice gets its own member's gradient
         values = losses.detach().tolist()

@@ -18,6 +18,8 @@ Lever sets (cumulative in "levers on", alone otherwise):
 * ``compiled``: ``levers on`` + ``torch.compile``, on one cell per table (``COMPILED_CELLS``), with the compile
   time (cold, the first step) and the steps a run needs before compiling pays (evaluation compiles again: not
   counted). Not in the table's jobs per core-hour: ``trainer.compile`` stays off by default (docs/speed.md).
+* ``packed ×K``: ``levers on`` with ``PACK`` members of the cell (seeds 0…K−1) in one vmap'd step
+  (``ropelab.core.packed``, a prototype), on the same cells; its time is per member (a pack step over K).
 
 Jobs per core-hour: the table's jobs over the process CPU time their training steps take at one thread (a core
 to itself), from the medians over rounds; start-up, evaluation and checkpoints are not included, so the ratios
@@ -63,7 +65,10 @@ COMPILED_CELLS = {"bifocal_table1": (6,), "momentum_gamma": (1,), "pope_indirect
 MIX_TARGETS = {"bifocal_table1": 1.5, "momentum_gamma": 2.0}
 POPE_VS_ROPE = 0.85
 
+PACK = 4
 TODAY, FUSED, ONE_NORM, ON, COMPILED = "today", "fused AdamW", "one grad norm", "levers on", "compiled"
+PACKED = f"packed ×{PACK}"
+EXTRA = (COMPILED, PACKED)  # columns on some cells only, outside the tables' jobs per core-hour
 LEVERS: dict[str, dict[str, bool]] = {TODAY: dict(fused=False, one_norm=False), FUSED: dict(fused=True, one_norm=False),
                                       ONE_NORM: dict(fused=False, one_norm=True), ON: dict(fused=True, one_norm=True)}
 
@@ -92,12 +97,17 @@ class Job:
     device: str
     forward: Callable | None = None
     compiled: Callable | None = None
+    pack: Any = None  # ropelab.core.packed.Pack of PACK members of this cell
+    pack_batch: tuple[torch.Tensor, torch.Tensor] | None = None
     compile_s: float | None = None
     times: dict[str, list[float]] = field(default_factory=dict)
     cpu_times: dict[str, list[float]] = field(default_factory=dict)
 
     def step(self, lever: str, phases: dict[str, float] | None = None) -> float:
         """One training step under ``lever``; with ``phases``, adds each phase's seconds to it."""
+        if lever == PACKED:
+            self.pack.step(self.pack_batch)
+            return 0.0
         flags = LEVERS[ON if lever == COMPILED else lever]
         optimizer, scheduler = self.optimizers[flags["fused"]]
         forward = self.compiled if lever == COMPILED else self.model
@@ -138,6 +148,22 @@ class _Clock:
             self.t = now
 
 
+def _cell_overrides(cell: Cell, quick: bool) -> list[str]:
+    from ropelab.experiments.bench.models import QUICK
+
+    preset, overrides, _, _ = cell
+    small = [f"model.{k}={QUICK[k]}" for k in ("d_model", "n_layers", "n_heads", "mlp_hidden")] if quick else []
+    return [f"experiment={preset}", *overrides, *small] + (["data.batch_size=4"] if quick else [])
+
+
+def build_pack(job: Job, cell: Cell, precision: str, device: str, quick: bool = False) -> None:
+    from ropelab.core.config import compose
+    from ropelab.core.packed import Pack
+
+    job.pack = Pack([compose(_cell_overrides(cell, quick) + [f"seed={k}"]) for k in range(PACK)], precision, device)
+    job.pack_batch = job.pack.batch(0)
+
+
 def build_job(mix: str, cell: Cell, precision: str, device: str, quick: bool = False) -> Job:
     """The cell's job as training builds it (``ropelab.core.build.model_for``, ``LitLM.configure_optimizers``),
     with one real training batch of its task."""
@@ -145,11 +171,10 @@ def build_job(mix: str, cell: Cell, precision: str, device: str, quick: bool = F
     from ropelab.core.build import model_for
     from ropelab.core.config import compose
     from ropelab.core.data import draw
-    from ropelab.experiments.bench.models import QUICK, short_precision
+    from ropelab.experiments.bench.models import short_precision
 
     preset, overrides, jobs, steps = cell
-    small = [f"model.{k}={QUICK[k]}" for k in ("d_model", "n_layers", "n_heads", "mlp_hidden")] if quick else []
-    cfg = compose([f"experiment={preset}", *overrides, *small] + (["data.batch_size=4"] if quick else []))
+    cfg = compose(_cell_overrides(cell, quick))
     task, ood = tasks.build_with_ood(OmegaConf.to_container(cfg.task, resolve=True))
     model = model_for(cfg, len(task.vocab), max(task.seq_len, ood.seq_len)).to(device)
     steps = steps or int(cfg.trainer.max_steps)
@@ -172,12 +197,14 @@ def run_mixes(args, precision: str, device: str, say: Callable[[str], None]) -> 
     names = args.mixes or list(MIXES)
     jobs = [build_job(mix, cell, precision, device, args.quick) for mix in names for cell in MIXES[mix]]
     configs: list[tuple[Job, str]] = [(job, lever) for job in jobs for lever in LEVERS]
-    if args.mix_compile:
-        for mix in names:
-            for index in COMPILED_CELLS[mix]:
-                job = [j for j in jobs if j.mix == mix][index]
+    for mix in names:
+        for index in COMPILED_CELLS[mix]:
+            job = [j for j in jobs if j.mix == mix][index]
+            if args.mix_compile:
                 job.compiled = torch.compile(job.model)
                 configs.append((job, COMPILED))
+            build_pack(job, MIXES[mix][index], precision, device, args.quick)
+            configs.append((job, PACKED))
     reps: dict[tuple[str, str], int] = {}
     for job, lever in configs:  # warm-up; a compiled config's first step is its compile
         say(f"warm-up {job.mix}: {job.label}, {lever} ...")
@@ -219,11 +246,12 @@ def summarise(name: str, jobs: list[Job]) -> dict[str, Any]:
     cells = []
     for job in jobs:
         row: dict[str, Any] = {"cell": job.label, "jobs": job.jobs, "steps": job.steps}
-        for lever in levers + ([COMPILED] if COMPILED in job.times else []):
-            row[lever] = {"step_ms": round(1e3 * statistics.median(job.times[lever]), 3),
-                          "cpu_ms": round(1e3 * statistics.median(job.cpu_times[lever]), 3),
+        for lever in levers + [x for x in EXTRA if x in job.times]:
+            per = PACK if lever == PACKED else 1  # a pack's step trains PACK members: per member
+            row[lever] = {"step_ms": round(1e3 * statistics.median(job.times[lever]) / per, 3),
+                          "cpu_ms": round(1e3 * statistics.median(job.cpu_times[lever]) / per, 3),
                           "speedup": round(statistics.median(
-                              a / b for a, b in zip(job.cpu_times[TODAY], job.cpu_times[lever])), 3)}
+                              per * a / b for a, b in zip(job.cpu_times[TODAY], job.cpu_times[lever])), 3)}
         if job.compile_s is not None:
             saved = statistics.median(job.times[ON]) - statistics.median(job.times[COMPILED])
             row[COMPILED]["compile_s"] = round(job.compile_s, 1)
@@ -299,8 +327,8 @@ def markdown(mixes: dict[str, Any]) -> list[str]:
         lines.append(f"| {name} | {table['jobs']} | " + " | ".join(cols) + " |")
     lines += ["", "Each cell: jobs per core-hour (speed-up over today, the median over rounds of the per-round "
                   "ratio). Per job shape, step CPU ms and speed-up:", "",
-              "| table | cell | jobs × steps | " + " | ".join(LEVERS) + f" | {COMPILED} |",
-              "|---|---|---:|" + "---:|" * (len(LEVERS) + 1)]
+              "| table | cell | jobs × steps | " + " | ".join(LEVERS) + f" | {COMPILED} | {PACKED} (per member) |",
+              "|---|---|---:|" + "---:|" * (len(LEVERS) + 2)]
     for name, table in mixes["tables"].items():
         for c in table["cells"]:
             cols = [f"{c[lever]['cpu_ms']:.1f} ({c[lever]['speedup']:.2f}×)" for lever in LEVERS]
@@ -308,6 +336,8 @@ def markdown(mixes: dict[str, Any]) -> list[str]:
             cols.append("–" if comp is None else
                         f"{comp['cpu_ms']:.1f} ({comp['speedup']:.2f}×), compile {comp['compile_s']} s, pays after "
                         f"{comp['pays_after_steps'] if comp['pays_after_steps'] is not None else '∞'} steps")
+            packed = c.get(PACKED)
+            cols.append("–" if packed is None else f"{packed['cpu_ms']:.1f} ({packed['speedup']:.2f}×)")
             lines.append(f"| {name} | {c['cell']} | {c['jobs']} × {c['steps']} | " + " | ".join(cols) + " |")
     if mixes.get("targets"):
         lines += ["", "| target (issue 23) | value | met |", "|---|---:|---|"]
