@@ -87,8 +87,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     say(f"device {device}, precision {precision} ({why}), {threads} thread(s), load {load_avg()}")
     if args.mixes is not None:  # the job-mix section alone (issue 23): a table's jobs under each lever
-        result["load_avg_rounds"].append(load_avg()[0] if load_avg() else None)
-        result["mixes"] = run_mixes(args, precision, device, say)
+        result["mixes"] = run_mixes(args, precision, device, say, result["load_avg_rounds"])
         result.update(steps={}, targets=[], load_avg_end=load_avg(), proc_loadavg_end=proc_loadavg(),
                       bench_seconds=round(time.perf_counter() - t0, 1))
         return result

@@ -192,8 +192,11 @@ def build_job(mix: str, cell: Cell, precision: str, device: str, quick: bool = F
                short_precision(precision) == "bf16", device)
 
 
-def run_mixes(args, precision: str, device: str, say: Callable[[str], None]) -> dict[str, Any]:
-    """Every chosen table's cells under every lever set, interleaved; the compiled column on one cell per table."""
+def run_mixes(args, precision: str, device: str, say: Callable[[str], None], loads: list) -> dict[str, Any]:
+    """Every chosen table's cells under every lever set, interleaved; the compiled and packed columns on the
+    ``COMPILED_CELLS``. ``loads``: the 1-minute load average at each round is appended to it."""
+    from ropelab.experiments.bench.hardware import load_avg
+
     names = args.mixes or list(MIXES)
     jobs = [build_job(mix, cell, precision, device, args.quick) for mix in names for cell in MIXES[mix]]
     configs: list[tuple[Job, str]] = [(job, lever) for job in jobs for lever in LEVERS]
@@ -220,7 +223,8 @@ def run_mixes(args, precision: str, device: str, say: Callable[[str], None]) -> 
         # enough steps per timed sample to rise above the clock and the scheduler's noise
         reps[job.label, lever] = max(1, min(20, round(args.mix_sample_s / max(time.perf_counter() - t, 1e-4))))
     for r in range(args.rounds):
-        say(f"mixes: round {r + 1}/{args.rounds} ...")
+        loads.append(load_avg()[0] if load_avg() else None)
+        say(f"mixes: round {r + 1}/{args.rounds} (load {loads[-1]}) ...")
         for job, lever in configs[r % len(configs):] + configs[: r % len(configs)]:
             n = reps[job.label, lever]
             sync(device)
@@ -293,7 +297,9 @@ def profile_step(job: Job, device: str, steps: int = 3) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity, profile
 
     phases: dict[str, float] = {}
-    for _ in range(steps):
+    today: dict[str, float] = {}
+    for _ in range(steps):  # side by side: the fixed part each lever takes back shows in its phase
+        job.step(TODAY, today)
         job.step(ON, phases)
     weight_shapes = {tuple(p.shape) for p in job.model.parameters() if p.dim() >= 2}
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
@@ -314,6 +320,7 @@ def profile_step(job: Job, device: str, steps: int = 3) -> dict[str, Any]:
             classes["everything else"] += t
     total = sum(classes.values())
     return {"cell": job.label, "phases_ms": {k: round(1e3 * v / steps, 2) for k, v in phases.items()},
+            "phases_today_ms": {k: round(1e3 * v / steps, 2) for k, v in today.items()},
             "ops_ms": {k: round(v, 2) for k, v in classes.items()},
             "ops_share": {k: round(v / total, 3) for k, v in classes.items()}}
 
@@ -344,7 +351,7 @@ def markdown(mixes: dict[str, Any]) -> list[str]:
         for t in mixes["targets"]:
             lines.append(f"| {t['target']} | {t['value']:.3g} | {'met' if t['met'] else '**missed**'} |")
     for name, p in (mixes.get("profiles") or {}).items():
-        phases = ", ".join(f"{k} {v:.1f}" for k, v in p["phases_ms"].items())
+        phases = ", ".join(f"{k} {v:.1f} (today {p['phases_today_ms'][k]:.1f})" for k, v in p["phases_ms"].items())
         ops = ", ".join(f"{k} {v:.1f} ({100 * p['ops_share'][k]:.0f} %)" for k, v in p["ops_ms"].items())
         lines += ["", f"Where a step goes, {name} / {p['cell']} (levers on, ms per step): phases {phases}; "
                       f"self time by op class {ops}."]
