@@ -122,7 +122,9 @@ def test_mix_bench_quick_writes_every_lever_and_the_targets(tmp_path):
     assert table["levers"]["today"]["speedup"] == 1.0 and all(v["jobs_per_core_hour"] > 0
                                                               for v in table["levers"].values())
     assert [t["threshold"] for t in mixes["targets"]] == [2.0, 0.85]  # momentum's target, then PoPE's vs rope
-    assert set(mixes["profiles"]) == {"momentum_gamma", "pope_indirect"}
+    assert set(mixes["profiles"]) == {"momentum_gamma", "pope_indirect", "pope_indirect (pope)"}
+    assert mixes["profiles"]["pope_indirect (pope)"]["ops_ms"]["softplus (PoPE)"] > 0
+    assert mixes["profiles"]["pope_indirect"]["ops_ms"]["softplus (PoPE)"] == 0  # rope has none
     packed = [c["cell"] for c in mixes["tables"]["pope_indirect"]["cells"] if "packed ×4" in c]
     assert [name.split(" (")[0] for name in packed] == ["rope", "pope"]  # packed beside rope's and PoPE's singles
     assert "| momentum_gamma | 72 |" in (tmp_path / "mixes.md").read_text()

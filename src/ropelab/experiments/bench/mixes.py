@@ -237,9 +237,10 @@ def run_mixes(args, precision: str, device: str, say: Callable[[str], None], loa
     out = {"rounds": args.rounds, "tables": {name: summarise(name, [j for j in jobs if j.mix == name])
                                               for name in names}}
     out["targets"] = mix_targets(out["tables"])
-    if args.profile:
-        out["profiles"] = {name: profile_step(max((j for j in jobs if j.mix == name), key=lambda j: j.jobs * j.steps),
-                                              device) for name in names}
+    if args.profile:  # each table's most common job shape, and PoPE's beside rope's
+        chosen = {name: max((j for j in jobs if j.mix == name), key=lambda j: j.jobs * j.steps) for name in names}
+        chosen.update({f"{j.mix} (pope)": j for j in jobs if j.mix == "pope_indirect" and j.label.startswith("pope ")})
+        out["profiles"] = {name: profile_step(job, device) for name, job in chosen.items()}
     return out
 
 
@@ -305,14 +306,16 @@ def profile_step(job: Job, device: str, steps: int = 3) -> dict[str, Any]:
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for _ in range(steps):
             job.step(ON)
-    classes = {"matmul": 0.0, "attention kernels": 0.0, "weight casts (autocast)": 0.0, "other casts": 0.0,
-               "everything else": 0.0}
+    classes = {"matmul": 0.0, "attention kernels": 0.0, "softplus (PoPE)": 0.0, "weight casts (autocast)": 0.0,
+               "other casts": 0.0, "everything else": 0.0}
     for e in prof.key_averages(group_by_input_shape=True):
         t = e.self_cpu_time_total / 1e3 / steps
         if e.key in ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"):
             classes["matmul"] += t
         elif "scaled_dot_product" in e.key or "flash_attention" in e.key:
             classes["attention kernels"] += t
+        elif e.key in ("aten::softplus", "aten::softplus_backward"):
+            classes["softplus (PoPE)"] += t
         elif e.key in ("aten::_to_copy", "aten::copy_"):
             shapes = [tuple(s) for s in (e.input_shapes or []) if s]
             classes["weight casts (autocast)" if shapes and shapes[0] in weight_shapes else "other casts"] += t
