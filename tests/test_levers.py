@@ -76,6 +76,11 @@ def test_auto_is_unfused_where_torch_has_no_fused_kernel():
     assert choose_fused("auto", [torch.zeros(2, device="meta")])[0] is False
     assert choose_fused("auto", [torch.zeros(2, dtype=torch.int64)])[0] is False
     assert choose_fused(False, [torch.zeros(2)]) == (False, "as configured")
+    # 16-mixed's GradScaler: a fused step unscales inside itself, after the clipping saw scaled gradients
+    assert choose_fused("auto", [torch.zeros(2)], grad_scaler=True)[0] is False
+    with pytest.raises(ConfigError) as err:
+        choose_fused(True, [torch.zeros(2)], grad_scaler=True)
+    assert str(err.value).startswith("optim.fused=True is invalid") and "16-mixed" in str(err.value)
 
 
 @pytest.mark.parametrize("value", ["sometimes", 1, None, "True"])

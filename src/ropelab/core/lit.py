@@ -38,18 +38,24 @@ def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def choose_fused(setting: bool | str, params) -> tuple[bool, str]:
+def choose_fused(setting: bool | str, params, grad_scaler: bool = False) -> tuple[bool, str]:
     """(fused?, why) for ``optim.fused``: true / false as configured, or ``auto``.
 
     auto is on wherever torch has a fused AdamW kernel for every parameter (CPU and CUDA, floating point): one
-    kernel per parameter tensor instead of ≈ 10 elementwise ops, the same update up to float rounding. Measured
-    on the 2-core EPYC (bf16-mixed, 1 thread): the training step of mod_arith 1.2× faster, bio_rotation a few
-    per cent (``python -m ropelab.bench --mixes``, docs/speed.md)."""
+    kernel per parameter tensor instead of a dozen elementwise ops over each, the same update up to float
+    rounding; on the 2-core EPYC it takes the optimiser's part of a step from ≈ 4.3 to ≈ 2.3 ms (docs/speed.md,
+    "Many small runs per core"). Not with a GradScaler (``trainer.precision=16-mixed``, ``grad_scaler``): a fused
+    AdamW unscales inside its step, so the gradients the divergence check and the clipping see would still be
+    scaled (Lightning refuses that pairing too)."""
     from ropelab.core.errors import require
 
     require(isinstance(setting, bool) or setting == "auto", "optim.fused", setting, "true, false or auto")
+    require(not (setting is True and grad_scaler), "optim.fused", setting,
+            "false or auto with trainer.precision=16-mixed (its GradScaler leaves the clipped gradients scaled)")
     if isinstance(setting, bool):
         return setting, "as configured"
+    if grad_scaler:
+        return False, "auto: a GradScaler (16-mixed) needs the gradients unscaled before clipping"
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     supported = set(_get_fused_kernels_supported_devices())
@@ -188,7 +194,9 @@ class LitLM(L.LightningModule):
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
         # Lightning calls this right after on_before_optimizer_step, with the same gradients: clipping by the norm
-        # computed there gives clip_grad_norm_'s result bit for bit without a second pass over 27+ tensors
+        # computed there gives clip_grad_norm_'s result bit for bit without a second pass over the tensors. It is
+        # also what lets a fused AdamW clip under bf16-mixed: Lightning's own clipping refuses any optimiser that
+        # unscales in its step, which a fused one claims to, though bf16 has no scaler (choose_fused)
         if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and self._grad_norm is not None:
             clip_by_norm(optimizer, gradient_clip_val, self._grad_norm)
         else:
@@ -235,7 +243,8 @@ class LitLM(L.LightningModule):
                            "lr": o["lr"] * o.get("pos_lr_scale", 1.0)})
         for g in groups:
             g.setdefault("lr", o["lr"])
-        self.fused, self.fused_why = choose_fused(o.get("fused", "auto"), self.model.parameters())
+        scaler = self._trainer is not None and getattr(self.trainer.precision_plugin, "scaler", None) is not None
+        self.fused, self.fused_why = choose_fused(o.get("fused", "auto"), self.model.parameters(), scaler)
         # fused=None, not False, for the unfused optimiser: torch's own default (for-loop on CPU, foreach on CUDA)
         opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o.get("eps", 1e-8),
                                 fused=True if self.fused else None)
