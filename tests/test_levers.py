@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import HANG_GUARD_S, ROOT
+from conftest import HANG_GUARD_S, ROOT, train_here
 from ropelab.core.build import model_for
 from ropelab.core.config import compose
 from ropelab.core.errors import ConfigError
@@ -111,6 +111,17 @@ def test_clipping_by_the_divergence_checks_norm_is_lightnings_clipping_bit_for_b
     assert lit._grad_norm is None  # used once: a later step computes its own
     if max_norm < 1:
         assert not torch.equal(expected[0], saved[0])  # the bound did clip
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_a_run_clips_with_the_fused_optimiser_and_records_it(precision, tmp_path):
+    """Lightning's own clipping refuses an optimiser that unscales in its step, which a fused AdamW claims to even
+    under bf16-mixed: the run clips through LitLM.configure_gradient_clipping instead."""
+    summary = train_here("task=mod_arith", *TINY, "trainer.max_steps=3", "trainer.val_every=3", "trainer.threads=1",
+                         f"trainer.precision={precision}", "trainer.accelerator=cpu", "trainer.progress=off",
+                         "trainer.gradient_clip_val=1e-3", run_dir=tmp_path / "run")
+    assert summary["status"] == "completed", summary.get("error")
+    assert summary["fused_adamw"] is True
 
 
 def test_mix_bench_quick_writes_every_lever_and_the_targets(tmp_path):
