@@ -18,8 +18,9 @@ Lever sets (cumulative in "levers on", alone otherwise):
 * ``compiled``: ``levers on`` + ``torch.compile``, on one cell per table (``COMPILED_CELLS``), with the compile
   time (cold, the first step) and the steps a run needs before compiling pays (evaluation compiles again: not
   counted). Not in the table's jobs per core-hour: ``trainer.compile`` stays off by default (docs/speed.md).
-* ``packed ×K``: ``levers on`` with ``PACK`` members of the cell (seeds 0…K−1) in one vmap'd step
-  (``ropelab.core.packed``, a prototype), on the same cells; its time is per member (a pack step over K).
+* ``packed ×K``: ``levers on`` with K members of the cell (seeds 0…K−1) in one vmap'd step (``ropelab.core.packed``,
+  a prototype), on the same cells, K = 4 and on mod_arith also 2 and 8 (``PACKS``): how the gain moves with the
+  members, and across the cells with the tokens of a step; its time is per member (a pack step over K).
 
 Jobs per core-hour: the table's jobs over the process CPU time their training steps take at one thread (a core
 to itself), from the medians over rounds; start-up, evaluation and checkpoints are not included, so the ratios
@@ -65,10 +66,22 @@ COMPILED_CELLS = {"bifocal_table1": (6,), "momentum_gamma": (1,), "pope_indirect
 MIX_TARGETS = {"bifocal_table1": 1.5, "momentum_gamma": 2.0}
 POPE_VS_ROPE = 0.85
 
+# members per pack on those cells: K = 4, and on the smallest job (mod_arith, where the fixed part weighs most) 2 to 8
+PACKS = {"bifocal_table1": (2, 4, 8)}
 PACK = 4
 TODAY, FUSED, ONE_NORM, ON, COMPILED = "today", "fused AdamW", "one grad norm", "levers on", "compiled"
-PACKED = f"packed ×{PACK}"
-EXTRA = (COMPILED, PACKED)  # columns on some cells only, outside the tables' jobs per core-hour
+
+
+def packed(k: int) -> str:
+    return f"packed ×{k}"
+
+
+def members(lever: str) -> int:
+    """How many members a step of ``lever`` trains: K for ``packed ×K``, else 1."""
+    return int(lever.rpartition("×")[2]) if lever.startswith("packed ×") else 1
+
+
+EXTRA = (COMPILED, *(packed(k) for k in sorted({PACK, *PACKS["bifocal_table1"]})))  # columns on some cells only
 LEVERS: dict[str, dict[str, bool]] = {TODAY: dict(fused=False, one_norm=False), FUSED: dict(fused=True, one_norm=False),
                                       ONE_NORM: dict(fused=False, one_norm=True), ON: dict(fused=True, one_norm=True)}
 
@@ -97,16 +110,16 @@ class Job:
     device: str
     forward: Callable | None = None
     compiled: Callable | None = None
-    pack: Any = None  # ropelab.core.packed.Pack of PACK members of this cell
-    pack_batch: tuple[torch.Tensor, torch.Tensor] | None = None
+    packs: dict[int, Any] = field(default_factory=dict)  # K → (ropelab.core.packed.Pack of K members, its batch)
     compile_s: float | None = None
     times: dict[str, list[float]] = field(default_factory=dict)
     cpu_times: dict[str, list[float]] = field(default_factory=dict)
 
     def step(self, lever: str, phases: dict[str, float] | None = None) -> float:
         """One training step under ``lever``; with ``phases``, adds each phase's seconds to it."""
-        if lever == PACKED:
-            self.pack.step(self.pack_batch)
+        if members(lever) > 1:
+            pack, batch = self.packs[members(lever)]
+            pack.step(batch)
             return 0.0
         flags = LEVERS[ON if lever == COMPILED else lever]
         optimizer, scheduler = self.optimizers[flags["fused"]]
@@ -156,12 +169,12 @@ def _cell_overrides(cell: Cell, quick: bool) -> list[str]:
     return [f"experiment={preset}", *overrides, *small] + (["data.batch_size=4"] if quick else [])
 
 
-def build_pack(job: Job, cell: Cell, precision: str, device: str, quick: bool = False) -> None:
+def build_pack(job: Job, cell: Cell, k: int, precision: str, device: str, quick: bool = False) -> None:
     from ropelab.core.config import compose
     from ropelab.core.packed import Pack
 
-    job.pack = Pack([compose(_cell_overrides(cell, quick) + [f"seed={k}"]) for k in range(PACK)], precision, device)
-    job.pack_batch = job.pack.batch(0)
+    pack = Pack([compose(_cell_overrides(cell, quick) + [f"seed={i}"]) for i in range(k)], precision, device)
+    job.packs[k] = (pack, pack.batch(0))
 
 
 def build_job(mix: str, cell: Cell, precision: str, device: str, quick: bool = False) -> Job:
@@ -206,8 +219,9 @@ def run_mixes(args, precision: str, device: str, say: Callable[[str], None], loa
             if args.mix_compile:
                 job.compiled = torch.compile(job.model)
                 configs.append((job, COMPILED))
-            build_pack(job, MIXES[mix][index], precision, device, args.quick)
-            configs.append((job, PACKED))
+            for k in PACKS.get(mix, (PACK,)):
+                build_pack(job, MIXES[mix][index], k, precision, device, args.quick)
+                configs.append((job, packed(k)))
     reps: dict[tuple[str, str], int] = {}
     for job, lever in configs:  # warm-up; a compiled config's first step is its compile
         say(f"warm-up {job.mix}: {job.label}, {lever} ...")
@@ -252,7 +266,7 @@ def summarise(name: str, jobs: list[Job]) -> dict[str, Any]:
     for job in jobs:
         row: dict[str, Any] = {"cell": job.label, "jobs": job.jobs, "steps": job.steps}
         for lever in levers + [x for x in EXTRA if x in job.times]:
-            per = PACK if lever == PACKED else 1  # a pack's step trains PACK members: per member
+            per = members(lever)  # a pack's step trains K members: per member
             row[lever] = {"step_ms": round(1e3 * statistics.median(job.times[lever]) / per, 3),
                           "cpu_ms": round(1e3 * statistics.median(job.cpu_times[lever]) / per, 3),
                           "speedup": round(statistics.median(
@@ -335,19 +349,19 @@ def markdown(mixes: dict[str, Any]) -> list[str]:
     for name, table in mixes["tables"].items():
         cols = [f"{v['jobs_per_core_hour']:.1f} ({v['speedup']:.2f}×)" for v in table["levers"].values()]
         lines.append(f"| {name} | {table['jobs']} | " + " | ".join(cols) + " |")
+    extra = [x for x in EXTRA if any(x in c for t in mixes["tables"].values() for c in t["cells"])]
     lines += ["", "Each cell: jobs per core-hour (speed-up over today, the median over rounds of the per-round "
-                  "ratio). Per job shape, step CPU ms and speed-up:", "",
-              "| table | cell | jobs × steps | " + " | ".join(LEVERS) + f" | {COMPILED} | {PACKED} (per member) |",
-              "|---|---|---:|" + "---:|" * (len(LEVERS) + 2)]
+                  "ratio). Per job shape, step CPU ms and speed-up (packed: per member):", "",
+              "| table | cell | jobs × steps | " + " | ".join([*LEVERS, *extra]) + " |",
+              "|---|---|---:|" + "---:|" * (len(LEVERS) + len(extra))]
     for name, table in mixes["tables"].items():
         for c in table["cells"]:
             cols = [f"{c[lever]['cpu_ms']:.1f} ({c[lever]['speedup']:.2f}×)" for lever in LEVERS]
-            comp = c.get(COMPILED)
-            cols.append("–" if comp is None else
-                        f"{comp['cpu_ms']:.1f} ({comp['speedup']:.2f}×), compile {comp['compile_s']} s, pays after "
-                        f"{comp['pays_after_steps'] if comp['pays_after_steps'] is not None else '∞'} steps")
-            packed = c.get(PACKED)
-            cols.append("–" if packed is None else f"{packed['cpu_ms']:.1f} ({packed['speedup']:.2f}×)")
+            for lever in extra:
+                v = c.get(lever)
+                cols.append("–" if v is None else f"{v['cpu_ms']:.1f} ({v['speedup']:.2f}×)" + (
+                    "" if lever != COMPILED else f", compile {v['compile_s']} s, pays after "
+                    f"{v['pays_after_steps'] if v['pays_after_steps'] is not None else '∞'} steps"))
             lines.append(f"| {name} | {c['cell']} | {c['jobs']} × {c['steps']} | " + " | ".join(cols) + " |")
     if mixes.get("targets"):
         lines += ["", "| target (issue 23) | value | met |", "|---|---:|---|"]
