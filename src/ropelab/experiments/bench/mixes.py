@@ -269,6 +269,7 @@ def summarise(name: str, jobs: list[Job]) -> dict[str, Any]:
             per = members(lever)  # a pack's step trains K members: per member
             row[lever] = {"step_ms": round(1e3 * statistics.median(job.times[lever]) / per, 3),
                           "cpu_ms": round(1e3 * statistics.median(job.cpu_times[lever]) / per, 3),
+                          "cpu_ms_rounds": [round(1e3 * t / per, 3) for t in job.cpu_times[lever]],
                           "speedup": round(statistics.median(
                               per * a / b for a, b in zip(job.cpu_times[TODAY], job.cpu_times[lever])), 3)}
         if job.compile_s is not None:
@@ -299,9 +300,12 @@ def mix_targets(tables: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"target": f"{name}: all levers ≥ {threshold}× today's jobs per core-hour", "value": value,
                         "threshold": threshold, "met": value >= threshold})
     cells = {c["cell"].split(" (")[0]: c for c in (tables.get("pope_indirect") or {}).get("cells", [])}
-    for lever in (ON, COMPILED):  # compiled: what `make pope-table` runs (its 15,625 steps pay for compiling)
+    # per round, then the median (the two ran back to back); compiled: what `make pope-table` runs (its 15,625 steps
+    # pay for compiling)
+    for lever in (ON, COMPILED):
         if lever in cells.get("rope", {}) and lever in cells.get("pope", {}):
-            value = round(cells["rope"][lever]["cpu_ms"] / cells["pope"][lever]["cpu_ms"], 3)
+            value = round(statistics.median(r / p for r, p in zip(cells["rope"][lever]["cpu_ms_rounds"],
+                                                                    cells["pope"][lever]["cpu_ms_rounds"])), 3)
             out.append({"target": f"pope ≥ {POPE_VS_ROPE} of rope's step (pope_indirect, {lever})", "value": value,
                         "threshold": POPE_VS_ROPE, "met": value >= POPE_VS_ROPE})
     return out
