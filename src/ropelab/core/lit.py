@@ -43,7 +43,7 @@ def choose_fused(setting: bool | str, params, grad_scaler: bool = False) -> tupl
 
     auto is on wherever torch has a fused AdamW kernel for every parameter (CPU and CUDA, floating point): one
     kernel per parameter tensor instead of a dozen elementwise ops over each, the same update up to float
-    rounding; on the 2-core EPYC it takes the optimiser's part of a step from ≈ 4.3 to ≈ 2.3 ms (docs/speed.md,
+    rounding; on the 2-core EPYC it takes the optimiser's part of a step from ≈ 3–4 to ≈ 2 ms (docs/speed.md,
     "Many small runs per core"). Not with a GradScaler (``trainer.precision=16-mixed``, ``grad_scaler``): a fused
     AdamW unscales inside its step, so the gradients the divergence check and the clipping see would still be
     scaled (Lightning refuses that pairing too)."""
