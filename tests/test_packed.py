@@ -37,6 +37,24 @@ def test_a_packed_member_takes_its_single_runs_steps_in_fp32(scheme, tmp_path):
     assert not torch.allclose(first, member, rtol=1e-3)  # the other member is another run, not a copy
 
 
+def test_members_with_their_own_momentum_gamma_take_their_single_runs_steps(tmp_path):
+    """γ differs inside one pack (the momentum table's axis): the member at γ 0 computes q + 0·(q − q_prev), its
+    single run skips momentum; both take their single runs' steps."""
+    members = [["seed=0", "pos.momentum.gamma=0"], ["seed=1", "pos.momentum.gamma=0.7"]]
+    singles = []
+    for i, member in enumerate(members):
+        train_here(*COMMON, "pos=rope", *member, run_dir=tmp_path / str(i))
+        metrics = pd.read_csv(tmp_path / str(i) / "metrics.csv").dropna(subset=["train/loss"]).sort_values("step")
+        singles.append(torch.tensor(metrics["train/loss"].to_numpy(), dtype=torch.float64))
+    pack = Pack([compose(COMMON + ["pos=rope", *member]) for member in members])
+    assert torch.equal(pack.gammas, torch.tensor([0.0, 0.7]))
+    packed = [pack.step() for _ in range(STEPS)]
+    for k, single in enumerate(singles):
+        torch.testing.assert_close(torch.tensor([losses[k] for losses in packed], dtype=torch.float64), single,
+                                   rtol=1e-5, atol=0)
+    assert [b.attn.momentum_gamma for b in pack.template.blocks] == [0.0, 0.0]  # the floats are back after a step
+
+
 def test_a_diverging_member_stops_alone():
     overrides = COMMON + ["pos=pope"]
     pack = Pack([compose(overrides + ["trainer.diverge_grad_norm=1e-9"]), compose(overrides + ["seed=1"])])

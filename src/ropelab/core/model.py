@@ -64,7 +64,8 @@ class Attention(nn.Module):
         qkv = self.qkv(x)
         q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in qkv.split(C, dim=-1))
         q, k = scheme.transform_qk(q, k, ctx)
-        if self.momentum_gamma:  # momentum attention wraps whatever the scheme did (positional/momentum.py)
+        # momentum attention wraps whatever the scheme did (positional/momentum.py); a tensor γ: one per packed member
+        if isinstance(self.momentum_gamma, torch.Tensor) or self.momentum_gamma:
             q, k = momentum(q, self.momentum_gamma), momentum(k, self.momentum_gamma)
         if _frees_projection(qkv, q, scheme):  # SDPA saves v: a copy of it lets the (B, T, 3C) projection go
             v = v.contiguous()

@@ -1,10 +1,11 @@
 """Packed members: K runs of one shape trained in one set of calls (issue 23; a prototype, not wired into sweeps).
 
 A tiny model's step pays per operation, not per example, so K runs that differ only in options that keep every
-tensor's shape (``PER_MEMBER``: seed, learning rates, clipping, the divergence bound) can share the operations:
+tensor's shape (``PER_MEMBER``: seed, learning rates, clipping, the divergence bound, γ) can share the operations:
 each parameter is stacked into one (K, …) tensor and the model runs once under ``torch.func.vmap`` over the
 members (``functional_call`` with the stacked parameters). Every member keeps what makes it its own run:
 
+* its momentum γ (``pos.momentum.gamma``): the attention blocks take a tensor of the members' γ under vmap;
 * its model is built as a single run builds it (``ropelab.core.build.model_for``, seeded by its ``seed``), and
   its batches are the single run's (``ropelab.core.data.draw`` with its seed and the step);
 * its parameters are views of its slice of the stacked tensors, so its own optimiser and schedule
@@ -22,7 +23,7 @@ vmap runs it once per member (a warning, silenced here), so attention is not sha
 
 Missing before a sweep can use it (issue 23, items 1–2): a launcher that groups a multirun's jobs, one run folder
 and record per member (config.yaml, metrics.csv, summary.json, trace, train.log), evaluation, checkpoints and
-resume, momentum γ per member (γ is a Python float of the attention today, so a pack shares its γ), W&B.
+resume, W&B.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from ropelab.core.errors import ConfigError
 from ropelab.core.lit import LitLM, clip_by_norm, grad_norm
+from ropelab.core.positional.momentum import gamma_of
 
 # keys a pack's members may differ in: none changes a tensor's shape or the operations of a step
-PER_MEMBER = ("seed", "optim.lr", "optim.pos_lr_scale", "trainer.gradient_clip_val", "trainer.diverge_grad_norm")
+PER_MEMBER = ("seed", "optim.lr", "optim.pos_lr_scale", "trainer.gradient_clip_val", "trainer.diverge_grad_norm",
+              "pos.momentum.gamma")
 
 
 def _flat(cfg: DictConfig) -> dict:
@@ -90,6 +93,11 @@ class Pack:
                 p.data = stacked.data[k]  # a view: the member's optimiser and project_ update its slice in place
             self.params[name], self._members[name] = stacked, members
         self.buffers = dict(self.template.named_buffers())  # the same for every member (tables of the shape)
+        gammas = [gamma_of(OmegaConf.to_container(cfg.pos, resolve=True)) for cfg in self.cfgs]
+        # one γ per member when they differ, given to every attention block as a tensor under vmap (a member at
+        # γ = 0 then computes q + 0·(q − q_prev) = q: its single run's values, which skip momentum)
+        self.gammas = torch.tensor(gammas, device=device) if len(set(gammas)) > 1 else None
+        self._attention = [m for m in self.template.modules() if hasattr(m, "momentum_gamma")]
         self.lits = [LitLM(m, cfg.optim, cfg.trainer.max_steps, cfg.trainer.diverge_grad_norm)
                      for m, cfg in zip(self.models, self.cfgs)]
         made = [lit.configure_optimizers() for lit in self.lits]
@@ -101,8 +109,17 @@ class Pack:
     def __len__(self) -> int:
         return len(self.cfgs)
 
-    def _forward(self, params, buffers, inputs):
-        return torch.func.functional_call(self.template, (params, buffers), (inputs,))
+    def _forward(self, params, buffers, inputs, gamma=None):
+        if gamma is None:
+            return torch.func.functional_call(self.template, (params, buffers), (inputs,))
+        floats = [a.momentum_gamma for a in self._attention]
+        try:
+            for a in self._attention:
+                a.momentum_gamma = gamma
+            return torch.func.functional_call(self.template, (params, buffers), (inputs,))
+        finally:
+            for a, value in zip(self._attention, floats):
+                a.momentum_gamma = value
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Every member's training batch of ``step``, as its single run draws it: (K, B, T) inputs and targets."""
@@ -114,7 +131,8 @@ class Pack:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*batching rule for aten::_scaled_dot_product")
             with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
-                logits = torch.func.vmap(self._forward, in_dims=(0, None, 0))(self.params, self.buffers, inputs)
+                logits = torch.func.vmap(self._forward, in_dims=(0, None, 0, None if self.gammas is None else 0))(
+                    self.params, self.buffers, inputs, self.gammas)
             return torch.func.vmap(LitLM.loss)(logits, targets)
 
     def step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float | None]:
