@@ -193,7 +193,7 @@ sync: $(STAMP)
 # Training-step benchmark vs Hugging Face's Llama (src/ropelab/experiments/bench/): writes bench/out/bench-<UTC time>.{json,md}
 # (untracked: a bench run never dirties the tree; the run README quotes is kept in bench/, named there).
 # ARGS="--quick" for a smoke run, "--levers" for compile/precision levers, "--threads 1" on a busy machine,
-# "--device cuda" on a GPU. The `hf` extra (transformers) is installed once
+# "--device cuda" on a GPU, "--mixes" for the tables' jobs per core-hour under each lever (issue 23). The `hf` extra (transformers) is installed once
 # into $(VENV)/hf, beside the venv and seen only by the bench: inside the venv, torchmetrics would import
 # transformers with every `import lightning` (+2.7 s start-up and +24 MB for every training run, measured).
 .PHONY: bench

@@ -48,6 +48,7 @@ BAD = [
     (["+task.motif_length=5"], "motif_length"),
     (["trainer.val_every=-3"], "trainer.val_every"),
     (["model.attn_fp32=maybe"], "model.attn_fp32"),
+    (["optim.fused=sometimes"], "optim.fused"),
 ]
 
 

@@ -38,6 +38,52 @@ def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def choose_fused(setting: bool | str, params, grad_scaler: bool = False) -> tuple[bool, str]:
+    """(fused?, why) for ``optim.fused``: true / false as configured, or ``auto``.
+
+    auto is on wherever torch has a fused AdamW kernel for every parameter (CPU and CUDA, floating point): one
+    kernel per parameter tensor instead of a dozen elementwise ops over each, the same update up to float
+    rounding; on the 2-core EPYC it takes the optimiser's part of a step from ≈ 3–4 to ≈ 2 ms (docs/speed.md,
+    "Many small runs per core"). Not with a GradScaler (``trainer.precision=16-mixed``, ``grad_scaler``): a fused
+    AdamW unscales inside its step, so the gradients the divergence check and the clipping see would still be
+    scaled (Lightning refuses that pairing too)."""
+    from ropelab.core.errors import require
+
+    require(isinstance(setting, bool) or setting == "auto", "optim.fused", setting, "true, false or auto")
+    require(not (setting is True and grad_scaler), "optim.fused", setting,
+            "false or auto with trainer.precision=16-mixed (its GradScaler leaves the clipped gradients scaled)")
+    if isinstance(setting, bool):
+        return setting, "as configured"
+    if grad_scaler:
+        return False, "auto: a GradScaler (16-mixed) needs the gradients unscaled before clipping"
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    supported = set(_get_fused_kernels_supported_devices())
+    params = list(params)
+    if all(p.device.type in supported and p.is_floating_point() for p in params):
+        return True, "auto: torch has a fused AdamW kernel for these parameters"
+    return False, "auto: no fused AdamW kernel for every parameter's device or dtype"
+
+
+def grad_norm(optimizer: torch.optim.Optimizer) -> torch.Tensor:
+    """The total L2 norm of the gradients of ``optimizer``'s parameters, in its order: exactly the norm that
+    ``torch.nn.utils.clip_grad_norm_`` (Lightning's clipping) computes from the same parameters."""
+    return torch.nn.utils.get_total_norm(_grads(optimizer))
+
+
+def clip_by_norm(optimizer: torch.optim.Optimizer, max_norm: float, norm: torch.Tensor) -> None:
+    """``clip_grad_norm_(params, max_norm)`` given the norm already computed (``grad_norm``)."""
+    torch.nn.utils.clip_grads_with_norm_(_params(optimizer), max_norm, norm)
+
+
+def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p.grad for p in _params(optimizer) if p.grad is not None]
+
+
 class AnswerLoss(Metric):
     """Mean cross-entropy over the answer tokens (targets other than ``IGNORE``) of every batch seen."""
 
@@ -122,6 +168,8 @@ class LitLM(L.LightningModule):
         self.answer_metrics = nn.ModuleDict({split: AnswerMetrics(model.cfg.vocab_size) for split in ("val", "test", "ood")})
         self.group_results: dict[str, dict[int, dict[str, float]]] = {}
         self.last_finite_loss: float | None = None
+        self._grad_norm: torch.Tensor | None = None  # this step's, from on_before_optimizer_step to the clipping
+        self.fused: bool | None = None  # optim.fused resolved, once the optimiser is built (summary.json records it)
 
     @staticmethod
     def loss(logits, targets):
@@ -139,11 +187,21 @@ class LitLM(L.LightningModule):
         return loss
 
     def on_before_optimizer_step(self, optimizer):
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        norm = self._grad_norm = grad_norm(optimizer)
         if not torch.isfinite(norm) or (self.diverge_grad_norm and norm > self.diverge_grad_norm):
             raise Diverged(self.global_step, self.last_finite_loss, f"gradient norm {float(norm):.3g}")
         self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        # Lightning calls this right after on_before_optimizer_step, with the same gradients: clipping by the norm
+        # computed there gives clip_grad_norm_'s result bit for bit without a second pass over the tensors. It is
+        # also what lets a fused AdamW clip under bf16-mixed: Lightning's own clipping refuses any optimiser that
+        # unscales in its step, which a fused one claims to, though bf16 has no scaler (choose_fused)
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and self._grad_norm is not None:
+            clip_by_norm(optimizer, gradient_clip_val, self._grad_norm)
+        else:
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        self._grad_norm = None
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         self.model.pos.project_()
@@ -185,7 +243,11 @@ class LitLM(L.LightningModule):
                            "lr": o["lr"] * o.get("pos_lr_scale", 1.0)})
         for g in groups:
             g.setdefault("lr", o["lr"])
-        opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o.get("eps", 1e-8))
+        scaler = self._trainer is not None and getattr(self.trainer.precision_plugin, "scaler", None) is not None
+        self.fused, self.fused_why = choose_fused(o.get("fused", "auto"), self.model.parameters(), scaler)
+        # fused=None, not False, for the unfused optimiser: torch's own default (for-loop on CPU, foreach on CUDA)
+        opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o.get("eps", 1e-8),
+                                fused=True if self.fused else None)
         warmup, min_ratio = int(o["warmup_steps"]), float(o["min_lr_ratio"])
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, self.max_steps, min_ratio))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

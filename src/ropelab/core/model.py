@@ -64,7 +64,8 @@ class Attention(nn.Module):
         qkv = self.qkv(x)
         q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in qkv.split(C, dim=-1))
         q, k = scheme.transform_qk(q, k, ctx)
-        if self.momentum_gamma:  # momentum attention wraps whatever the scheme did (positional/momentum.py)
+        # momentum attention wraps whatever the scheme did (positional/momentum.py); a tensor γ: one per packed member
+        if isinstance(self.momentum_gamma, torch.Tensor) or self.momentum_gamma:
             q, k = momentum(q, self.momentum_gamma), momentum(k, self.momentum_gamma)
         if _frees_projection(qkv, q, scheme):  # SDPA saves v: a copy of it lets the (B, T, 3C) projection go
             v = v.contiguous()
@@ -124,10 +125,15 @@ def _frees_projection(qkv: torch.Tensor, q: torch.Tensor, scheme: PositionalSche
     and, having no learnable parameters, saved none of the originals (rope, rope_half: −2C floats per token and
     layer of activation memory). Learnable rotations save q for their own gradients, and nope/alibi pass q, k
     through as views, so a copy of v would only add memory there."""
-    if torch.compiler.is_compiling() or not torch.is_grad_enabled():
+    # under torch.func transforms (vmap of packed members) a tensor has no storage to compare
+    if torch.compiler.is_compiling() or not torch.is_grad_enabled() or _functorch_wrapped(q):
         return False
     return (q.untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr()
             and not any(p.requires_grad for p in scheme.parameters()))
+
+
+def _functorch_wrapped(t: torch.Tensor) -> bool:
+    return torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
 class MLP(nn.Module):
@@ -138,6 +144,9 @@ class MLP(nn.Module):
 
     def forward(self, x):
         h = self.gate_up(x)
+        if torch.is_grad_enabled() and _functorch_wrapped(h):  # vmap (packed members): autograd's own, same values
+            gate, up = h.chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
         if torch.is_grad_enabled():
             return self.down(SwiGLU.apply(h))
         gate, up = h.chunk(2, dim=-1)  # evaluation: in place, the same values without two more (B, T, mlp) tensors

@@ -97,6 +97,7 @@ class OptimSchema:
     eps: float = spec(float, above=0)
     warmup_steps: int = spec(int, 0)
     min_lr_ratio: float = spec(float, 0, 1)
+    fused: bool | str = spec(bool, choices=("auto",))  # true, false or auto (ropelab.core.lit.choose_fused)
 
 
 @dataclass

@@ -258,7 +258,7 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
     except Exception as err:  # recorded, so a sweep can go on and the report can show it
         summary.update(status="failed", error=f"{type(err).__name__}: {err}")
         log.exception("run failed")
-    summary.update(steps=trainer.global_step, wall_seconds=round(time.time() - start, 2))
+    summary.update(steps=trainer.global_step, wall_seconds=round(time.time() - start, 2), fused_adamw=lit.fused)
     for lg in loggers:
         lg.finalize("success" if summary["status"] == "completed" else summary["status"])
         if hasattr(lg, "close"):  # W&B: one run per job, finished before the next multirun job starts

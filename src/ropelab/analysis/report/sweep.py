@@ -19,7 +19,7 @@ from ropelab.analysis.stats import Landmarks, lockin_step, onset_step, train_los
 IGNORED_KEYS = {"seed", "name", "resume", "record", "record_also", "rerun", "retry_failed", "trainer.threads",
                 "trainer.progress",
                 "trainer.compile", "trainer.accelerator", "trainer.devices", "trainer.precision",
-                "data.eval_batch_size", "task.group_by"}  # precision and machine: listed in "Machines and code" instead
+                "data.eval_batch_size", "task.group_by", "optim.fused"}  # precision and machine: listed in "Machines and code" instead
 IGNORED_PREFIXES = ("logger.", "hydra.")
 TASK_ORDER = ["dyck3", "bio_rotation", "mod_arith", "indirect_indexing", "assoc_recall", "variable_tracking",
               "global_counting", "mean_pooling", "code_lm"]

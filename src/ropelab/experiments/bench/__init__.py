@@ -4,12 +4,14 @@
     python -m ropelab.bench --quick      # tiny config, 1 round: checks that the bench runs (seconds)
     python -m ropelab.bench --levers     # also torch.compile, the other precision, bf16 attention
     python -m ropelab.bench --device cuda  # on a GPU (make gpu-check runs it there)
+    python -m ropelab.bench --mixes      # only the tables' jobs per core-hour under each speed lever (issue 23)
 
 What one "step" is, for every configuration: forward, loss (``LitLM.loss``), backward, gradient clipping
 at 1.0 (as ``trainer.gradient_clip_val``), AdamW step, zero_grad. Our model gets the optimiser of
 ``LitLM.configure_optimizers`` (the training path's param groups); HF's Llama, built from the same config
 (random init, no download, ``attn_implementation="sdpa"``, same parameter count), gets AdamW with the same
-hyper-parameters and the same decay / no-decay split.
+hyper-parameters, the same decay / no-decay split and the same fused kernel (``optim.fused``; bench records before
+issue 23 ran both unfused).
 
 Device and precision are those a training run would choose (``ropelab.core.machine.choose``, both ``auto`` by
 default): bf16-mixed autocast on CUDA and on CPUs with native bf16, fp32 elsewhere. Every scheme and HF run at
@@ -32,7 +34,8 @@ length and its evaluation forwards, and estimates the wall time of the whole swe
 CPU time (what a job gets when it has a core to itself).
 
 The package, by job: ``hardware`` (CPU, load, matmul peak), ``models`` (ours and HF's, one timed step each),
-``training`` (generators, the sweep estimate, a real run), ``cli`` (the measures in order, the table, the command).
+``training`` (generators, the sweep estimate, a real run), ``mixes`` (the paper tables' job mixes under each lever),
+``cli`` (the measures in order, the table, the command).
 """
 
 from ropelab.experiments.bench.cli import main

@@ -18,6 +18,8 @@ from ropelab.core import machine
 from ropelab.experiments.bench.hardware import cpu_info, load_avg, matmul_peak, matmul_shapes, proc_loadavg, sync
 from ropelab.experiments.bench.models import (QUICK, REFERENCE, ROOT, SCHEMES, Bench, build_hf, build_ours, hf_available,
                                               short_precision)
+from ropelab.experiments.bench.mixes import MIXES, run_mixes
+from ropelab.experiments.bench.mixes import markdown as mixes_markdown
 from ropelab.experiments.bench.training import default_run, generator_rates, sweep_estimate
 
 
@@ -84,6 +86,11 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     tokens = shape["batch_size"] * shape["seq_len"]
     t0 = time.perf_counter()
     say(f"device {device}, precision {precision} ({why}), {threads} thread(s), load {load_avg()}")
+    if args.mixes is not None:  # the job-mix section alone (issue 23): a table's jobs under each lever
+        result["mixes"] = run_mixes(args, precision, device, say, result["load_avg_rounds"])
+        result.update(steps={}, targets=[], load_avg_end=load_avg(), proc_loadavg_end=proc_loadavg(),
+                      bench_seconds=round(time.perf_counter() - t0, 1))
+        return result
 
     # 1. GEMM rates at the model's shapes and one large square, fp32 and bf16
     shapes = matmul_shapes(shape["d_model"], shape["mlp_hidden"], tokens, shape["n_heads"])
@@ -226,13 +233,15 @@ def markdown(result: dict[str, Any]) -> str:
              f"Precision {result['precision']} ({result['precision_why']}). Load average (1 min) "
              f"{result['load_avg_start'][:1]} at the start, {min(rounds, default='–')}–{max(rounds, default='–')} "
              f"during the rounds, {result['load_avg_end'][:1]} at the end (/proc/loadavg "
-             f"'{result.get('proc_loadavg_start', '')}' → '{result.get('proc_loadavg_end', '')}')",
-             f"d_model {s['d_model']}, {s['n_layers']} layers, {s['n_heads']} heads, MLP {s['mlp_hidden']}, "
-             f"seq {s['seq_len']}, batch {s['batch_size']}; full AdamW training step, median of "
-             f"{result['args']['rounds']} interleaved rounds", "",
-             "| config | precision | step median (s) | best (s) | tokens/s | vs HF same precision | vs HF fp32 "
-             "| vs rope | GFLOP/s (best) | of limit | limit (s) at |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             f"'{result.get('proc_loadavg_start', '')}' → '{result.get('proc_loadavg_end', '')}')"]
+    if result.get("mixes"):
+        return "\n".join(lines + mixes_markdown(result["mixes"])) + "\n"
+    lines += [f"d_model {s['d_model']}, {s['n_layers']} layers, {s['n_heads']} heads, MLP {s['mlp_hidden']}, "
+              f"seq {s['seq_len']}, batch {s['batch_size']}; full AdamW training step, median of "
+              f"{result['args']['rounds']} interleaved rounds", "",
+              "| config | precision | step median (s) | best (s) | tokens/s | vs HF same precision | vs HF fp32 "
+              "| vs rope | GFLOP/s (best) | of limit | limit (s) at |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
 
     def ratio(row, key):
         return f"{row[key]:.2f} ({row[key + '_cpu']:.2f})" if key in row else "–"
@@ -303,6 +312,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="steps of the real default run for peak RSS (default 20; 0 = skip; quick 0)")
     p.add_argument("--sweep-estimate", action=argparse.BooleanOptionalAction, default=None,
                    help="estimate the bifocal_table1 sweep's wall time (default: on; quick: off)")
+    p.add_argument("--mixes", nargs="*", default=None, choices=list(MIXES),
+                   help="only the job-mix section: each table's jobs per core-hour under each lever (no names: "
+                        "every table; ropelab.experiments.bench.mixes)")
+    p.add_argument("--mix-compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --mixes, the compiled column on one cell per table (default: on; quick: off)")
+    p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --mixes, where a step of each table's most common job shape goes (default: on)")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON path, markdown beside it (default bench/out/bench-<UTC time>.json, untracked)")
     p.add_argument("--silent", action="store_true", help="no progress lines on stderr")
@@ -310,12 +326,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument(f"--{key.replace('_', '-')}", type=int, default=None, dest=key)
     args = p.parse_args(argv)
     quick = args.quick
-    args.rounds = args.rounds or (1 if quick else 7)
+    args.rounds = args.rounds or (1 if quick else 5 if args.mixes is not None else 7)
     args.steps = args.steps or 1
     args.warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
     args.run_steps = args.run_steps if args.run_steps is not None else (0 if quick else 20)
     args.sweep_estimate = (not quick) if args.sweep_estimate is None else args.sweep_estimate
     args.matmul_seconds = 0.05 if quick else 0.3
+    args.mix_compile = (not quick) if args.mix_compile is None else args.mix_compile
+    args.mix_sample_s = 0.01 if quick else 0.15  # seconds of steps per timed sample of a job mix's cell
     args.gen_seconds = 0.05 if quick else 0.3
     if args.out is None:
         args.out = OUT_DIR / f"bench-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}.json"

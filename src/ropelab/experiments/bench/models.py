@@ -110,6 +110,8 @@ def hf_available() -> bool:
 def build_hf(label: str, shape: dict, precision: str = "32-true", device: str = "cpu") -> Bench:
     import transformers
     from transformers import LlamaConfig as HFConfig
+
+    from ropelab.core.lit import choose_fused
     from transformers import LlamaForCausalLM
 
     transformers.logging.set_verbosity_error()
@@ -124,9 +126,10 @@ def build_hf(label: str, shape: dict, precision: str = "32-true", device: str = 
     o = optim_config()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+    fused, _ = choose_fused(o.get("fused", "auto"), model.parameters())  # ours gets it too: like for like
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=o["lr"], betas=tuple(o["betas"]),
-                                  eps=o["eps"])
+                                  eps=o["eps"], fused=True if fused else None)
     params = sum(p.numel() for p in model.parameters())
     non_embedding = params - model.model.embed_tokens.weight.numel()
     head_dim = shape["d_model"] // shape["n_heads"]

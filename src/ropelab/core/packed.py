@@ -1,0 +1,169 @@
+"""Packed members: K runs of one shape trained in one set of calls (issue 23; a prototype, not wired into sweeps).
+
+A tiny model's step pays per operation, not per example, so K runs that differ only in options that keep every
+tensor's shape (``PER_MEMBER``: seed, learning rates, clipping, the divergence bound, γ) can share the operations:
+each parameter is stacked into one (K, …) tensor and the model runs once under ``torch.func.vmap`` over the
+members (``functional_call`` with the stacked parameters). Every member keeps what makes it its own run:
+
+* its momentum γ (``pos.momentum.gamma``): the attention blocks take a tensor of the members' γ under vmap;
+* its model is built as a single run builds it (``ropelab.core.build.model_for``, seeded by its ``seed``), and
+  its batches are the single run's (``ropelab.core.data.draw`` with its seed and the step);
+* its parameters are views of its slice of the stacked tensors, so its own optimiser and schedule
+  (``LitLM.configure_optimizers``: param groups, ``optim.pos_lr_scale``, ``optim.fused``), its clipping by its
+  own gradient norm (``grad_norm``, ``clip_by_norm``: the norm the divergence check uses) and its scheme's
+  projection (PoPE's δ clamp) act on it exactly as in a single run;
+* a member whose loss or gradient norm is not finite, or whose norm passes ``trainer.diverge_grad_norm``, is
+  diverged from that step on: its weights stop changing and the others go on.
+
+What made the model fail under vmap ("Cannot access storage of BatchedTensorImpl"): ``model._frees_projection``
+compared tensor storages, which functorch's batched tensors do not have, and the MLP's custom autograd Function
+(``SwiGLU``) has no ``setup_context`` (functorch needs it); under vmap the model now skips the first and uses
+autograd's own silu · up for the second (the same values). The CPU flash-attention kernel has no batching rule:
+vmap runs it once per member (a warning, silenced here), so attention is not shared.
+
+Missing before a sweep can use it (issue 23, items 1–2): a launcher that groups a multirun's jobs, one run folder
+and record per member (config.yaml, metrics.csv, summary.json, trace, train.log), evaluation, checkpoints and
+resume, W&B.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ropelab.core.errors import ConfigError
+from ropelab.core.lit import LitLM, clip_by_norm, grad_norm
+from ropelab.core.positional.momentum import gamma_of
+
+# keys a pack's members may differ in: none changes a tensor's shape or the operations of a step
+PER_MEMBER = ("seed", "optim.lr", "optim.pos_lr_scale", "trainer.gradient_clip_val", "trainer.diverge_grad_norm",
+              "pos.momentum.gamma")
+
+
+def _flat(cfg: DictConfig) -> dict:
+    out: dict = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = value
+    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    return out
+
+
+def check_packable(cfgs: Sequence[DictConfig]) -> None:
+    """One-line ConfigError unless the configs differ only in ``PER_MEMBER`` keys."""
+    first = _flat(cfgs[0])
+    for cfg in cfgs[1:]:
+        other = _flat(cfg)
+        # a different task or scheme first: it explains every option that differs with it
+        for key in sorted(set(first) | set(other), key=lambda k: (k not in ("task.name", "pos.name"), k)):
+            if key not in PER_MEMBER and first.get(key) != other.get(key):
+                raise ConfigError(f"{key}={other.get(key)!r} differs from the pack's first member ({first.get(key)!r}): "
+                                  f"members may differ only in {', '.join(PER_MEMBER)}")
+
+
+class Pack:
+    """K members (one config each) trained together; ``step()`` is one training step of every live member."""
+
+    def __init__(self, cfgs: Sequence[DictConfig], precision: str = "32-true", device: str = "cpu"):
+        import tasks
+        from ropelab.core.build import model_for
+        from ropelab.core.data import draw
+
+        self.cfgs = list(cfgs)
+        check_packable(self.cfgs)
+        self.device, self.autocast, self._draw = device, str(precision).startswith("bf16"), draw
+        task, ood = tasks.build_with_ood(OmegaConf.to_container(self.cfgs[0].task, resolve=True))
+        self.task = task.for_split("train")
+        self.models = [model_for(cfg, len(task.vocab), max(task.seq_len, ood.seq_len)).to(device) for cfg in self.cfgs]
+        self.template = self.models[0]
+        self.params: dict[str, torch.Tensor] = {}
+        self._members: dict[str, list[torch.nn.Parameter]] = {}
+        for name, _ in self.template.named_parameters():
+            members = [m.get_parameter(name) for m in self.models]
+            stacked = torch.stack([p.detach() for p in members]).requires_grad_(members[0].requires_grad)
+            for k, p in enumerate(members):
+                p.data = stacked.data[k]  # a view: the member's optimiser and project_ update its slice in place
+            self.params[name], self._members[name] = stacked, members
+        self.buffers = dict(self.template.named_buffers())  # the same for every member (tables of the shape)
+        gammas = [gamma_of(OmegaConf.to_container(cfg.pos, resolve=True)) for cfg in self.cfgs]
+        # one γ per member when they differ, given to every attention block as a tensor under vmap (a member at
+        # γ = 0 then computes q + 0·(q − q_prev) = q: its single run's values, which skip momentum)
+        self.gammas = torch.tensor(gammas, device=device) if len(set(gammas)) > 1 else None
+        self._attention = [m for m in self.template.modules() if hasattr(m, "momentum_gamma")]
+        self.lits = [LitLM(m, cfg.optim, cfg.trainer.max_steps, cfg.trainer.diverge_grad_norm)
+                     for m, cfg in zip(self.models, self.cfgs)]
+        made = [lit.configure_optimizers() for lit in self.lits]
+        self.optimizers = [m["optimizer"] for m in made]
+        self.schedulers = [m["lr_scheduler"]["scheduler"] for m in made]
+        self.diverged: list[int | None] = [None] * len(self.cfgs)
+        self.steps = 0
+
+    def __len__(self) -> int:
+        return len(self.cfgs)
+
+    def _forward(self, params, buffers, inputs, gamma=None):
+        if gamma is None:
+            return torch.func.functional_call(self.template, (params, buffers), (inputs,))
+        floats = [a.momentum_gamma for a in self._attention]
+        try:
+            for a in self._attention:
+                a.momentum_gamma = gamma
+            return torch.func.functional_call(self.template, (params, buffers), (inputs,))
+        finally:
+            for a, value in zip(self._attention, floats):
+                a.momentum_gamma = value
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every member's training batch of ``step``, as its single run draws it: (K, B, T) inputs and targets."""
+        drawn = [self._draw(self.task, cfg.seed, "train", cfg.data.batch_size, index=step) for cfg in self.cfgs]
+        return tuple(torch.from_numpy(np.stack(part)).to(self.device) for part in zip(*drawn))
+
+    def losses(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """(K,) training losses, each ``LitLM.loss`` of its member's logits."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*batching rule for aten::_scaled_dot_product")
+            with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
+                logits = torch.func.vmap(self._forward, in_dims=(0, None, 0, None if self.gammas is None else 0))(
+                    self.params, self.buffers, inputs, self.gammas)
+            return torch.func.vmap(LitLM.loss)(logits, targets)
+
+    def step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float | None]:
+        """One training step of every member on its own batch (``batch``: given instead, as the bench does); its
+        loss, or None for a member diverged before this step."""
+        inputs, targets = batch if batch is not None else self.batch(self.steps)
+        losses = self.losses(inputs, targets)
+        losses.sum().backward()  # members share no parameter: each slice gets its own member's gradient
+        values = losses.detach().tolist()
+        for name, stacked in self.params.items():
+            for k, p in enumerate(self._members[name]):
+                p.grad = None if stacked.grad is None else stacked.grad[k]
+        out: list[float | None] = []
+        for k, (lit, opt, sched, cfg) in enumerate(zip(self.lits, self.optimizers, self.schedulers, self.cfgs)):
+            if self.diverged[k] is not None:
+                out.append(None)
+                continue
+            out.append(values[k])
+            norm = grad_norm(opt)
+            bound = cfg.trainer.diverge_grad_norm
+            if not (torch.isfinite(torch.tensor(values[k])) and torch.isfinite(norm)) or (bound and norm > bound):
+                self.diverged[k] = self.steps
+                continue
+            if cfg.trainer.gradient_clip_val:
+                clip_by_norm(opt, cfg.trainer.gradient_clip_val, norm)
+            opt.step()
+            sched.step()
+            lit.model.pos.project_()
+        for name, stacked in self.params.items():
+            stacked.grad = None
+            for p in self._members[name]:
+                p.grad = None
+        self.steps += 1
+        return out
