@@ -13,6 +13,18 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ropelab.core.cli import CONF_DIR
 
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config (plain dicts, as a config.yaml loads) as dotted keys: ``{"optim.lr": 1e-3, …}``; a list is
+    one value, its string (so configs compare and tabulate key by key)."""
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: str(node) if isinstance(node, list) else node}
+
+
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
     """conf/config.yaml composed with ``overrides`` (``task=mod_arith``, ``pos.base=500`` …) as train.py composes
     it. The task's and the scheme's ``name`` are the chosen files' names, which conf/config.yaml takes from

@@ -31,6 +31,11 @@ class Diverged(RuntimeError):
         self.step, self.last_finite_loss = step, last_finite_loss
 
 
+def gradient_diverged(norm: torch.Tensor, bound: float | None) -> bool:
+    """The divergence rule on a step's gradient norm: not finite, or past ``trainer.diverge_grad_norm``."""
+    return not torch.isfinite(norm) or bool(bound and norm > bound)
+
+
 def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
     if step < warmup:
         return (step + 1) / warmup
@@ -188,7 +193,7 @@ class LitLM(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer):
         norm = self._grad_norm = grad_norm(optimizer)
-        if not torch.isfinite(norm) or (self.diverge_grad_norm and norm > self.diverge_grad_norm):
+        if gradient_diverged(norm, self.diverge_grad_norm):
             raise Diverged(self.global_step, self.last_finite_loss, f"gradient norm {float(norm):.3g}")
         self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
 

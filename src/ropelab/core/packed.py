@@ -28,6 +28,7 @@ resume, W&B.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Sequence
 
@@ -35,8 +36,9 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ropelab.core.config import flatten
 from ropelab.core.errors import ConfigError
-from ropelab.core.lit import LitLM, clip_by_norm, grad_norm
+from ropelab.core.lit import LitLM, clip_by_norm, grad_norm, gradient_diverged
 from ropelab.core.positional.momentum import gamma_of
 
 # keys a pack's members may differ in: none changes a tensor's shape or the operations of a step
@@ -44,24 +46,11 @@ PER_MEMBER = ("seed", "optim.lr", "optim.pos_lr_scale", "trainer.gradient_clip_v
               "pos.momentum.gamma")
 
 
-def _flat(cfg: DictConfig) -> dict:
-    out: dict = {}
-
-    def walk(node, prefix):
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                out[f"{prefix}{key}"] = value
-    walk(OmegaConf.to_container(cfg, resolve=True), "")
-    return out
-
-
 def check_packable(cfgs: Sequence[DictConfig]) -> None:
     """One-line ConfigError unless the configs differ only in ``PER_MEMBER`` keys."""
-    first = _flat(cfgs[0])
+    first = flatten(OmegaConf.to_container(cfgs[0], resolve=True))
     for cfg in cfgs[1:]:
-        other = _flat(cfg)
+        other = flatten(OmegaConf.to_container(cfg, resolve=True))
         # a different task or scheme first: it explains every option that differs with it
         for key in sorted(set(first) | set(other), key=lambda k: (k not in ("task.name", "pos.name"), k)):
             if key not in PER_MEMBER and first.get(key) != other.get(key):
@@ -152,8 +141,7 @@ class Pack:
                 continue
             out.append(values[k])
             norm = grad_norm(opt)
-            bound = cfg.trainer.diverge_grad_norm
-            if not (torch.isfinite(torch.tensor(values[k])) and torch.isfinite(norm)) or (bound and norm > bound):
+            if not math.isfinite(values[k]) or gradient_diverged(norm, cfg.trainer.diverge_grad_norm):
                 self.diverged[k] = self.steps
                 continue
             if cfg.trainer.gradient_clip_val:
@@ -161,9 +149,7 @@ class Pack:
             opt.step()
             sched.step()
             lit.model.pos.project_()
-        for name, stacked in self.params.items():
-            stacked.grad = None
-            for p in self._members[name]:
-                p.grad = None
+        for stacked in self.params.values():
+            stacked.grad = None  # the members' .grad views are replaced at the next step's start
         self.steps += 1
         return out

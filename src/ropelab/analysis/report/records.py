@@ -14,8 +14,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
+import tasks
+
 from ropelab.analysis.stats import train_loss
 from ropelab.core import runs
+from ropelab.core.config import flatten
 
 SKIP_DIRS = {"report", "wandb", "checkpoints", ".submitit", ".hydra", "__pycache__"}
 
@@ -33,6 +36,19 @@ class Run:
     lockin: float | None = None  # step; NaN = none; None = undefined
     onset: float | None = None  # step the loss leaves its plateau; NaN = never; None = undefined
     final: dict[str, float] = field(default_factory=dict)
+    group_name: str = ""  # the task's group key (gap, depth, length, shift) that ``exact_by_group`` is per
+    exact_by_group: dict[str, dict[str, float]] = field(default_factory=dict)  # split → group → exact match
+
+
+def exact_by_group(summary: dict | None, task: str | None) -> tuple[str, dict[str, dict[str, float]]]:
+    """(group key, split → group → exact match) from a summary's ``per_group``. Records of older code name no key
+    (the task's default one) and store bare fractions instead of ``{"exact": …, "n": …}``."""
+    per_group = (summary or {}).get("per_group") or {}
+    splits = {split: {group: counts["exact"] if isinstance(counts, dict) else counts for group, counts in by.items()}
+              for split, by in per_group.items() if split not in ("group", "metric") and isinstance(by, dict)}
+    if not splits:
+        return "", {}
+    return per_group.get("group") or getattr(tasks.registry().get(task), "group_name", "group"), splits
 
 
 def find_run_dirs(sweep: Path) -> list[Path]:
@@ -46,15 +62,6 @@ def find_run_dirs(sweep: Path) -> list[Path]:
             continue
         dirnames[:] = sorted(n for n in dirnames if n not in SKIP_DIRS and not n.startswith("."))
     return sorted(found)
-
-
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for k, v in node.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: str(node) if isinstance(node, list) else node}
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader: 10× faster on ~100 configs
@@ -106,6 +113,7 @@ def load_run(path: Path, sweep: Path) -> Run:
               full_config=full, summary=summary, status=status)
     final = (summary or {}).get("final") or {}
     run.final = {k: float(v) for k, v in final.items() if isinstance(v, (int, float))}
+    run.group_name, run.exact_by_group = exact_by_group(summary, config.get("task.name"))
     if (path / "metrics.csv").is_file():
         try:
             run.metrics = pd.read_csv(path / "metrics.csv")

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-import tasks
-
 from ropelab.analysis.report.cells import LANDMARKS, LOCKIN, METRICS, ONSET, mean_sd, metric_title, pivot
 from ropelab.analysis.report.figures import file_part
 from ropelab.analysis.report.records import Run
@@ -96,13 +94,10 @@ def group_section(sweep: Sweep) -> list[str]:
             names, cells = set(), {}
             for column in sweep.columns():
                 for run in sweep.runs_in(task, column):
-                    per_group = (run.summary or {}).get("per_group") or {}
-                    if run.status != "completed" or not per_group.get(split):
+                    if run.status != "completed" or not run.exact_by_group.get(split):
                         continue
-                    # records of older code: no name (the task's default key), bare fractions
-                    names.add(per_group.get("group") or getattr(tasks.registry().get(task), "group_name", "group"))
-                    for group, counts in per_group[split].items():
-                        exact = counts["exact"] if isinstance(counts, dict) else counts
+                    names.add(run.group_name)
+                    for group, exact in run.exact_by_group[split].items():
                         cells.setdefault(group, {}).setdefault(column, []).append(exact)
             if not cells:
                 continue
