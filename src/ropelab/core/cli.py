@@ -57,6 +57,14 @@ def check_overrides(argv: list[str]) -> None:
     groups, dotted = [], []
     for override in overrides:
         key = override.key_or_group
+        if key == "hydra.launcher.pack":  # else Hydra starts the sweep and its launcher refuses it after the banner
+            from ropelab.core.errors import ConfigError
+            from ropelab.core.packed_launcher import check_pack
+
+            try:
+                [check_pack(value) for value in override_values(override)]
+            except ConfigError as err:
+                _fail(str(err))
         if override.is_add() or override.is_force_add() or override.is_delete() or key.startswith("hydra"):
             continue
         if "." not in key and "/" not in key and (CONF_DIR / key).is_dir():
