@@ -15,8 +15,9 @@ from ropelab.core.packed_launcher import Member, packs
 
 PACKED = ["hydra/launcher=packed", "hydra.sweep.subdir=job${hydra.job.num}"]  # short folder names: job0, job1, …
 STEPS = 50
+# a fixed training set of 24 batches: the 50 steps run through epochs, and the resume at step 20 starts mid-epoch
 FP32 = [*TINY, "task=mod_arith", "pos=spectral", "trainer.precision=32-true", "trainer.accelerator=cpu",
-        f"trainer.max_steps={STEPS}", "trainer.val_every=20", "trainer.progress=off"]
+        "data.train_size=96", f"trainer.max_steps={STEPS}", "trainer.val_every=20", "trainer.progress=off"]
 MEMBERS = ["seed=0,1", "optim.lr=3e-3"]  # a sweep of two seeds: one pack of two
 
 

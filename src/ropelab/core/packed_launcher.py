@@ -326,6 +326,9 @@ def train_pack(members: Sequence[Member]) -> dict[int, dict]:
     pack.steps = start_step
     live = dict(enumerate(members))
     kill, stop = KillAtStep.from_env(), StopOnInterrupt(members[0].run_dir / "checkpoints")
+    # each member's batches from its own datamodule, as its single run's DataLoader yields them (batch_size=None
+    # passes them through): drawn afresh or from its fixed training set (data.train_size)
+    streams = [iter(m.built.datamodule.train_batches(start_step)) for m in members]
     start = time.time()
 
     def end(k: int, fields: dict) -> None:
@@ -340,7 +343,8 @@ def train_pack(members: Sequence[Member]) -> dict[int, dict]:
                 if kill:
                     kill.at(pack.steps)
                 step = pack.steps
-                losses = pack.step()
+                inputs, targets = zip(*(next(stream) for stream in streams))
+                losses = pack.step((torch.stack(inputs).to(accelerator), torch.stack(targets).to(accelerator)))
                 for k in list(live):
                     if pack.diverged[k] is not None:
                         end(k, train.diverged(Diverged(step, pack.last_finite_loss[k], pack.why[k])))
