@@ -60,8 +60,8 @@ def test_a_packed_sweep_writes_each_members_folder_and_record_as_a_single_run(tm
 
     diverged = runs.read_summary(sweep / "job0")
     assert diverged["status"] == "diverged" and diverged["diverged_step"] == 0 and diverged["steps"] == 0
-    assert diverged["error"].startswith("gradient norm ") and diverged["error"].endswith(" at step 0 (last finite "
-                                                                                          f"loss {diverged['last_finite_loss']})")
+    last = diverged["last_finite_loss"]
+    assert diverged["error"].startswith("gradient norm ") and diverged["error"].endswith(f" at step 0 (last finite loss {last})")
     single_diverged = train_here(*TINY, "task=mod_arith", "pos=spectral", "trainer.precision=bf16-mixed",
                                  "trainer.max_steps=2", "trainer.diverge_grad_norm=1e-9", run_dir=tmp_path / "one")
     assert set(diverged) - {"packed"} == set(single_diverged)

@@ -1,4 +1,5 @@
-"""Packed members: K runs of one shape trained in one set of calls (issue 23; a prototype, not wired into sweeps).
+"""Packed members: K runs of one shape trained in one set of calls (issue 23; ``hydra/launcher=packed`` trains a
+multirun's packs with it: ``ropelab.core.packed_launcher``).
 
 A tiny model's step pays per operation, not per example, so K runs that differ only in options that keep every
 tensor's shape (``PER_MEMBER``: seed, learning rates, clipping, the divergence bound, γ) can share the operations:
@@ -20,10 +21,6 @@ compared tensor storages, which functorch's batched tensors do not have, and the
 (``SwiGLU``) has no ``setup_context`` (functorch needs it); under vmap the model now skips the first and uses
 autograd's own silu · up for the second (the same values). The CPU flash-attention kernel has no batching rule:
 vmap runs it once per member (a warning, silenced here), so attention is not shared.
-
-Missing before a sweep can use it (issue 23, items 1–2): a launcher that groups a multirun's jobs, one run folder
-and record per member (config.yaml, metrics.csv, summary.json, trace, train.log), evaluation, checkpoints and
-resume, W&B.
 """
 
 from __future__ import annotations
