@@ -119,7 +119,7 @@ def _member(num: int, sweep_config: DictConfig) -> Member | None:
         if machine.choose(cfg.trainer.accelerator, cfg.trainer.precision)[1] not in PRECISIONS:
             return None
         built = build(cfg)
-    except ConfigError:
+    except Exception:  # run as any job, it fails with its own one-line error (a ConfigError) or traceback
         return None
     member = Member(num, sweep_config, cfg, run_dir, record_dir, trial, built)
     try:
@@ -395,4 +395,5 @@ def train_pack(members: Sequence[Member]) -> dict[int, dict]:
             m.claim.close()
             if m.handler is not None:
                 m.handler.close()
+            m.built = m.trace = None  # the next pack's models (and a fixed training set each) take their place
     return {m.num: m.summary for m in members}
