@@ -40,19 +40,14 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ropelab.core.errors import ConfigError, require_int
+from ropelab.core.cli import check_pack
+from ropelab.core.errors import ConfigError
 
 log = logging.getLogger("ropelab")
 
 PRECISIONS = ("32-true", "bf16-mixed")  # what Pack trains: 16-mixed needs a GradScaler, which it does not have
 LOGGERS = ("csv",)                      # W&B keeps one run per process open at a time
 FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job log format (train.log)
-
-
-def check_pack(value: Any) -> int:
-    """``hydra.launcher.pack``: an integer >= 2 (one line naming the key otherwise)."""
-    return require_int(value, "hydra.launcher.pack", 2,
-                       "an integer >= 2, the most jobs trained together (1 packs nothing: leave out hydra/launcher=packed)")
 
 
 @dataclass
