@@ -43,7 +43,9 @@ mutate: $(MUTATE_STAMP)
 	$(PY) tools/mutate.py $(ARGS)
 
 # ---- sweeps and reports (README, "Sweeps and reports"). LAUNCHER=joblib runs jobs in parallel on this
-# machine, LAUNCHER=slurm submits them to SLURM; ARGS adds overrides (e.g. ARGS="seed=0 trainer.max_steps=50").
+# machine, LAUNCHER=slurm submits them to SLURM, LAUNCHER=packed trains same-shape jobs (seeds, γ, learning
+# rates) together in one process (on a GPU; on these CPUs it pays only on mod_arith, docs/speed.md); ARGS adds
+# overrides (e.g. ARGS="seed=0 trainer.max_steps=50").
 SWEEP    ?=
 LAUNCHER ?=
 SWEEP_LAUNCHER = $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER))
@@ -68,9 +70,14 @@ pope: $(STAMP)
 # pope-curves: seed 0 of rope and pope (the learning curves). pope-table: the 6 columns × 3 seeds, ALiBi on half the
 # heads and PoPE's uniform δ init (24 jobs), every command run even if one has a failed job (exit 1 at the end),
 # then the report and the frequency-usage figure into results/pope_indirect/ (commit that folder).
-# pope-gpu: the same on a CUDA machine, POPE_JOBS jobs sharing the GPU (CUDA_VISIBLE_DEVICES picks it).
+# pope-gpu: the same on a CUDA machine (CUDA_VISIBLE_DEVICES picks it), each scheme's seeds trained together as one
+# pack (hydra/launcher=packed, POPE_PACK members: a tiny model leaves the GPU idle, docs/speed.md); packs run one
+# after another in one process. POPE_LAUNCHER=gpu_shared instead runs POPE_JOBS processes side by side, as before.
 .PHONY: pope-curves pope-table pope-gpu
 POPE_JOBS ?= 8
+POPE_PACK ?= 3
+POPE_LAUNCHER ?= packed
+POPE_GPU_ARGS = $(if $(filter packed,$(POPE_LAUNCHER)),hydra.launcher.pack=$(POPE_PACK),hydra.launcher.n_jobs=$(POPE_JOBS))
 # pope-gpu: the paper's fixed training set (data.train_size); POPE_PREFIX: the job folders' "data.train_size=…,"
 # (Hydra sorts a job's overrides in its name), set by pope-gpu so that pope-table finds its seed-0 checkpoints
 POPE_TRAIN_SIZE ?= 1000000
@@ -97,8 +104,8 @@ pope-table: $(STAMP)
 # pope-gpu trains on the paper's fixed training set of 1M examples (data.train_size, epochs over it; issue 22) at the
 # paper's sizes (the task's defaults): its jobs are recorded beside the on-the-fly ones, named data.train_size=….
 pope-gpu: $(STAMP)
-	$(MAKE) pope-table POPE_COMPILE=auto LAUNCHER=gpu_shared POPE_PREFIX=data.train_size=$(POPE_TRAIN_SIZE), \
-	  ARGS="hydra.launcher.n_jobs=$(POPE_JOBS) trainer.accelerator=gpu data.train_size=$(POPE_TRAIN_SIZE) $(ARGS)"
+	$(MAKE) pope-table POPE_COMPILE=auto LAUNCHER=$(POPE_LAUNCHER) POPE_PREFIX=data.train_size=$(POPE_TRAIN_SIZE), \
+	  ARGS="$(POPE_GPU_ARGS) trainer.accelerator=gpu data.train_size=$(POPE_TRAIN_SIZE) $(ARGS)"
 
 # The size ladder (issue 22; conf/experiment/pope_ladder.yaml at batch 64, pope_ladder_b256.yaml at batch 256,
 # pope_baselines.yaml): rope vs pope × rungs × 3 seeds,
@@ -209,7 +216,8 @@ bench: $(HF_STAMP)
 	$(PY) -m ropelab.bench $(ARGS)
 
 # One command for anyone with a GPU (src/ropelab/experiments/gpucheck.py): the tests marked gpu, one short bio_rotation run
-# per scheme, the bench on CUDA (ours vs HF Llama, bf16) and several jobs at once on the GPU; writes
+# per scheme, the bench on CUDA (ours vs HF Llama, bf16) and several jobs at once on the GPU, side by side
+# (gpu_shared, n_jobs 1,4,8) and packed (hydra/launcher=packed, 4 and 8 members: ARGS="--packs 4,8,16"); writes
 # bench/gpu.{json,md} (commit them). ACCEL=cpu runs the same path on the CPU with tiny settings (≈ 1–2 min) into
 # bench/out/gpu-check-cpu.{json,md}, as tests/test_gpucheck.py does.
 .PHONY: gpu-check

@@ -149,12 +149,15 @@ def test_preset_jobs_pass_the_config_check(preset):
     ("joblib", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"),
     ("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
     ("submitit_slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
+    ("packed", "hydra_plugins.ropelab_launcher.PackedLauncher"),  # ropelab's: tests/test_packed_launcher.py
 ])
 def test_launcher_configs_compose_and_are_selected(launcher, target):
     cfg = _compose("experiment=bifocal_table1", *([f"hydra/launcher={launcher}"] if launcher else []))
     assert cfg.hydra.launcher._target_ == target
     if launcher == "joblib":
         assert cfg.hydra.launcher.n_jobs == 2
+    if launcher == "packed":
+        assert cfg.hydra.launcher.pack == 8
     if launcher == "slurm":
         assert cfg.hydra.launcher.cpus_per_task == 8 and cfg.hydra.launcher.timeout_min > 0
         assert cfg.hydra.launcher.submitit_folder == "runs/bifocal_table1/.submitit/%j"

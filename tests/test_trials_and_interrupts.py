@@ -33,6 +33,8 @@ def plan(*overrides, sweep=True):
     (["experiment=pope_indirect", "pos=alibi", "pos.heads_fraction=0.5", "seed=0"], "results/pope_indirect"),
     (["experiment=pope_indirect", "pos=pope", "pos.delta_init=uniform", "seed=2"], "results/pope_indirect"),
     (["experiment=pope_indirect", "pos=rope", "data.train_size=1000000", "seed=0"], "results/pope_indirect"),  # pope-gpu
+    (["experiment=pope_indirect", "pos=rope", "data.train_size=1000000", "seed=0", "hydra/launcher=packed",
+      "hydra.launcher.pack=3"], "results/pope_indirect"),  # pope-gpu's launcher
     # issue 22: the ladder's rungs are an axis; the baselines' other commands as pope_indirect's
     (["experiment=pope_ladder", "pos=pope", "task.rung=2", "seed=1"], "results/pope_ladder"),
     (["experiment=pope_baselines", "pos=pope", "pos.delta_init=uniform", "seed=0"], "results/pope_baselines"),

@@ -36,10 +36,15 @@ class PositionalTrace(L.Callback):
         self.values: dict[str, list[np.ndarray]] = {}
 
     def _record(self, trainer, pl_module) -> None:
-        params = pl_module.model.pos.positional_parameters()
-        if not params or (self.steps and self.steps[-1] == trainer.global_step):
+        self.record(trainer.global_step, pl_module.model.pos)
+
+    def record(self, step: int, pos) -> None:
+        """Snapshot ``pos``'s learnable parameters at ``step`` and rewrite the file (a packed member calls this
+        directly)."""
+        params = pos.positional_parameters()
+        if not params or (self.steps and self.steps[-1] == step):
             return
-        self.steps.append(trainer.global_step)
+        self.steps.append(step)
         for name, p in params.items():
             self.values.setdefault(name, []).append(p.detach().float().cpu().numpy().copy())
         buffer = io.BytesIO()
@@ -130,13 +135,16 @@ class Progress(L.Callback):
         self.on_train_end(trainer, pl_module)
 
     def line(self, trainer) -> str:
-        step, total = trainer.global_step, trainer.max_steps
-        done, elapsed = step - self.start_step, time.monotonic() - self.start_time
+        return self.format(self.label, trainer.global_step, trainer.max_steps, trainer.global_step - self.start_step,
+                           time.monotonic() - self.start_time, trainer.callback_metrics)
+
+    @classmethod
+    def format(cls, label: str, step: int, total: int, done: int, elapsed: float, metrics) -> str:
+        """One progress line: ``done`` steps in ``elapsed`` seconds, now at ``step`` of ``total``."""
         rate = done / elapsed if elapsed > 0 and done > 0 else None
         eta = _duration((total - step) / rate) if rate else "?"
-        metrics = trainer.callback_metrics
-        shown = " ".join(f"{k}={float(metrics[k]):.4f}" for k in self.SHOWN if k in metrics)
-        prefix = f"[{self.label}] " if self.label else ""
+        shown = " ".join(f"{k}={float(metrics[k]):.4f}" for k in cls.SHOWN if k in metrics)
+        prefix = f"[{label}] " if label else ""
         return (f"{prefix}step {step}/{total} · {f'{rate:.2f}' if rate else '?'} steps/s · ETA {eta} · {shown}"
                 ).rstrip(" ·")
 
@@ -228,6 +236,10 @@ class KillAtStep(L.Callback):
         return cls(int(value), signal.Signals[f"SIG{name}"]) if value else None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step >= self.step and not self.sent:
+        self.at(trainer.global_step)
+
+    def at(self, step: int) -> None:
+        """The start of training step ``step`` (a pack calls this itself)."""
+        if step >= self.step and not self.sent:
             self.sent = True  # once: a resumed run past the step trains on
             os.kill(os.getpid(), self.signum)

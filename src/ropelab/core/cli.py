@@ -39,6 +39,14 @@ def axis_values(key: str, value) -> list:
     return override_values(OverridesParser.create().parse_override(f"{key}={value}"))
 
 
+def check_pack(value) -> int:
+    """``hydra.launcher.pack`` (``hydra/launcher=packed``): an integer >= 2, else one line naming the key."""
+    from ropelab.core.errors import require_int
+
+    return require_int(value, "hydra.launcher.pack", 2,
+                       "an integer >= 2, the most jobs trained together (1 packs nothing: leave out hydra/launcher=packed)")
+
+
 def _fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -57,6 +65,13 @@ def check_overrides(argv: list[str]) -> None:
     groups, dotted = [], []
     for override in overrides:
         key = override.key_or_group
+        if key == "hydra.launcher.pack":  # else Hydra starts the sweep and its launcher refuses it after the banner
+            from ropelab.core.errors import ConfigError
+
+            try:
+                [check_pack(value) for value in override_values(override)]
+            except ConfigError as err:
+                _fail(str(err))
         if override.is_add() or override.is_force_add() or override.is_delete() or key.startswith("hydra"):
             continue
         if "." not in key and "/" not in key and (CONF_DIR / key).is_dir():

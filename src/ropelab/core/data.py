@@ -153,12 +153,16 @@ class TaskDataModule(L.LightningDataModule):
             self._fixed[split] = TensorDataset(*(torch.from_numpy(np.concatenate(arrays)) for arrays in zip(*parts)))
         return self._fixed[split]
 
+    def train_batches(self, start_step: int = 0) -> IterableDataset:
+        """The training batches from ``start_step`` on: drawn afresh, or from the fixed training set
+        (``data.train_size``); a packed member (``ropelab.core.packed_launcher``) iterates them itself."""
+        if self.train_size is not None:
+            return FixedTrainSet(*self.train_set(), self.seed, self.batch_size, start_step)
+        return TrainStream(self.task.for_split("train"), self.seed, self.batch_size, start_step)
+
     def train_dataloader(self):
         start = self.trainer.global_step if self.trainer is not None else 0
-        if self.train_size is not None:
-            return DataLoader(FixedTrainSet(*self.train_set(), self.seed, self.batch_size, start), batch_size=None)
-        return DataLoader(TrainStream(self.task.for_split("train"), self.seed, self.batch_size, start),
-                          batch_size=None)
+        return DataLoader(self.train_batches(start), batch_size=None)
 
     def val_dataloader(self):
         return DataLoader(self.fixed_set("val"), batch_size=self.eval_batch_size)

@@ -219,21 +219,33 @@ class LitLM(L.LightningModule):
         self._eval_step(batch, "val")
 
     def on_validation_epoch_end(self):
-        metrics = self.answer_metrics["val"].compute("val")
+        self.log_dict(self.validation_metrics())
+
+    def validation_metrics(self) -> dict[str, Any]:
+        """The validation pass's metrics (its states then reset) and each positional parameter's mean; a packed
+        member (``ropelab.core.packed_launcher``) logs the same dict."""
+        metrics: dict[str, Any] = self.answer_metrics["val"].compute("val")
         self.answer_metrics["val"].reset()
         for name, p in self.model.pos.positional_parameters().items():
             metrics[f"pos/{name}_mean"] = float(p.detach().float().mean())
-        self.log_dict(metrics)
+        return metrics
 
     def test_step(self, batch, batch_idx, dataloader_idx=0):
         self._eval_step(batch, ("test", "ood")[dataloader_idx])
 
     def on_test_epoch_end(self):
+        self.log_dict(self.test_metrics(), add_dataloader_idx=False)
+
+    def test_metrics(self) -> dict[str, Any]:
+        """The test and OOD passes' metrics (their states then reset), keeping exact match per group in
+        ``group_results``."""
+        metrics: dict[str, Any] = {}
         for split in ("test", "ood"):
             m = self.answer_metrics[split]
             self.group_results[split] = m.per_group()
-            self.log_dict(m.compute(split), add_dataloader_idx=False)
+            metrics.update(m.compute(split))
             m.reset()
+        return metrics
 
     def configure_optimizers(self):
         o = self.optim

@@ -1,4 +1,5 @@
-"""Packed members: K runs of one shape trained in one set of calls (issue 23; a prototype, not wired into sweeps).
+"""Packed members: K runs of one shape trained in one set of calls (issue 23; ``hydra/launcher=packed`` trains a
+multirun's packs with it: ``ropelab.core.packed_launcher``).
 
 A tiny model's step pays per operation, not per example, so K runs that differ only in options that keep every
 tensor's shape (``PER_MEMBER``: seed, learning rates, clipping, the divergence bound, γ) can share the operations:
@@ -20,10 +21,6 @@ compared tensor storages, which functorch's batched tensors do not have, and the
 (``SwiGLU``) has no ``setup_context`` (functorch needs it); under vmap the model now skips the first and uses
 autograd's own silu · up for the second (the same values). The CPU flash-attention kernel has no batching rule:
 vmap runs it once per member (a warning, silenced here), so attention is not shared.
-
-Missing before a sweep can use it (issue 23, items 1–2): a launcher that groups a multirun's jobs, one run folder
-and record per member (config.yaml, metrics.csv, summary.json, trace, train.log), evaluation, checkpoints and
-resume, W&B.
 """
 
 from __future__ import annotations
@@ -61,7 +58,10 @@ def check_packable(cfgs: Sequence[DictConfig]) -> None:
 class Pack:
     """K members (one config each) trained together; ``step()`` is one training step of every live member."""
 
-    def __init__(self, cfgs: Sequence[DictConfig], precision: str = "32-true", device: str = "cpu"):
+    def __init__(self, cfgs: Sequence[DictConfig], precision: str = "32-true", device: str = "cpu",
+                 lits: Sequence[LitLM] | None = None):
+        """``lits``: the members' Lightning modules as ``ropelab.core.build.build`` made them (the launcher has
+        built each job to check it); without them each member's model is built here as ``build`` builds it."""
         import tasks
         from ropelab.core.build import model_for
         from ropelab.core.data import draw
@@ -71,7 +71,12 @@ class Pack:
         self.device, self.autocast, self._draw = device, str(precision).startswith("bf16"), draw
         task, ood = tasks.build_with_ood(OmegaConf.to_container(self.cfgs[0].task, resolve=True))
         self.task = task.for_split("train")
-        self.models = [model_for(cfg, len(task.vocab), max(task.seq_len, ood.seq_len)).to(device) for cfg in self.cfgs]
+        if lits is None:
+            self.models = [model_for(cfg, len(task.vocab), max(task.seq_len, ood.seq_len)) for cfg in self.cfgs]
+            lits = [LitLM(m, cfg.optim, cfg.trainer.max_steps, cfg.trainer.diverge_grad_norm)
+                    for m, cfg in zip(self.models, self.cfgs)]
+        self.lits = list(lits)
+        self.models = [lit.model.to(device) for lit in self.lits]
         self.template = self.models[0]
         self.params: dict[str, torch.Tensor] = {}
         self._members: dict[str, list[torch.nn.Parameter]] = {}
@@ -87,12 +92,16 @@ class Pack:
         # γ = 0 then computes q + 0·(q − q_prev) = q: its single run's values, which skip momentum)
         self.gammas = torch.tensor(gammas, device=device) if len(set(gammas)) > 1 else None
         self._attention = [m for m in self.template.modules() if hasattr(m, "momentum_gamma")]
-        self.lits = [LitLM(m, cfg.optim, cfg.trainer.max_steps, cfg.trainer.diverge_grad_norm)
-                     for m, cfg in zip(self.models, self.cfgs)]
         made = [lit.configure_optimizers() for lit in self.lits]
         self.optimizers = [m["optimizer"] for m in made]
         self.schedulers = [m["lr_scheduler"]["scheduler"] for m in made]
         self.diverged: list[int | None] = [None] * len(self.cfgs)
+        # what a single run logs and raises with: this step's learning rate and gradient norm (None where a member
+        # did not step), each member's last finite loss, and why a member diverged (``lit.Diverged``'s wording)
+        self.lrs: list[float | None] = [None] * len(self.cfgs)
+        self.grad_norms: list[float | None] = [None] * len(self.cfgs)
+        self.last_finite_loss: list[float | None] = [None] * len(self.cfgs)
+        self.why: list[str | None] = [None] * len(self.cfgs)
         self.steps = 0
 
     def __len__(self) -> int:
@@ -135,15 +144,21 @@ class Pack:
             for k, p in enumerate(self._members[name]):
                 p.grad = None if stacked.grad is None else stacked.grad[k]
         out: list[float | None] = []
+        self.lrs, self.grad_norms = [None] * len(self), [None] * len(self)
         for k, (lit, opt, sched, cfg) in enumerate(zip(self.lits, self.optimizers, self.schedulers, self.cfgs)):
             if self.diverged[k] is not None:
                 out.append(None)
                 continue
             out.append(values[k])
-            norm = grad_norm(opt)
-            if not math.isfinite(values[k]) or gradient_diverged(norm, cfg.trainer.diverge_grad_norm):
-                self.diverged[k] = self.steps
+            if not math.isfinite(values[k]):
+                self.diverged[k], self.why[k] = self.steps, "non-finite training loss"
                 continue
+            self.last_finite_loss[k] = values[k]
+            norm = grad_norm(opt)
+            if gradient_diverged(norm, cfg.trainer.diverge_grad_norm):
+                self.diverged[k], self.why[k] = self.steps, f"gradient norm {float(norm):.3g}"
+                continue
+            self.lrs[k], self.grad_norms[k] = opt.param_groups[0]["lr"], float(norm)
             if cfg.trainer.gradient_clip_val:
                 clip_by_norm(opt, cfg.trainer.gradient_clip_val, norm)
             opt.step()

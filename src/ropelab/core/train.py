@@ -226,15 +226,7 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
         truncate_metrics(run_dir / "metrics.csv", resumed_from)  # rows at step >= this are logged again
         log.info("resuming %s from step %d", run_dir, resumed_from)
 
-    summary: dict[str, Any] = {
-        "status": "running", "task": cfg.task.name, "pos": cfg.pos.name, "seed": cfg.seed, "run_dir": str(run_dir),
-        "max_steps": cfg.trainer.max_steps, "params": model.num_parameters(),
-        "positional_params": sum(p.numel() for p in model.pos.parameters()), "resumed_from_step": resumed_from,
-        "init_from": cfg.init_from, "surgery": cfg.surgery,
-        "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "accelerator": accelerator, "precision": precision, "compile": compiled, "threads": torch.get_num_threads(),
-        "machine": machine.describe(accelerator), **({"trial": trial} if trial else {}),
-    }
+    summary = start_summary(cfg, run_dir, model, resumed_from, accelerator, precision, compiled, trial)
     runs.write_summary(run_dir, summary)
     start = time.time()
     try:
@@ -246,19 +238,54 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
             final.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         trainer.test(lit, datamodule=datamodule, verbose=False)
         final.update({k: float(v) for k, v in trainer.callback_metrics.items()})
-        summary["attention"] = locality.measure(model, datamodule.task, cfg)  # the record rebuilds sharpening
-        summary.update(status="completed", final=final, per_group={
-            "group": datamodule.task.group_name, "metric": "exact",
-            **{split: {str(g): counts for g, counts in groups.items()} for split, groups in lit.group_results.items()}})
+        summary.update(completed(model, datamodule.task, cfg, lit, final))
     except Diverged as err:
-        summary.update(status="diverged", diverged_step=err.step, last_finite_loss=err.last_finite_loss, error=str(err))
+        summary.update(diverged(err))
     except (Interrupted, KeyboardInterrupt, SystemExit) as err:  # Lightning turns a KeyboardInterrupt into exit(1)
         summary.update(status="interrupted", checkpoint_step=err.step if isinstance(err, Interrupted) else
                        _last_checkpoint_step(run_dir), final={k: float(v) for k, v in trainer.callback_metrics.items()})
     except Exception as err:  # recorded, so a sweep can go on and the report can show it
         summary.update(status="failed", error=f"{type(err).__name__}: {err}")
         log.exception("run failed")
-    summary.update(steps=trainer.global_step, wall_seconds=round(time.time() - start, 2), fused_adamw=lit.fused)
+    return close_run(run_dir, summary, loggers, record_dir, trainer.global_step, time.time() - start, lit.fused)
+
+
+# What a run's summary.json says, in one place for a single run (_train) and a packed member
+# (ropelab.core.packed_launcher): the same keys, so records, reports and sweeps see no difference.
+
+def start_summary(cfg: DictConfig, run_dir: Path, model, resumed_from: int, accelerator: str, precision: str,
+                  compiled: bool, trial: str) -> dict[str, Any]:
+    """The summary a run writes before its first step (status running)."""
+    return {
+        "status": "running", "task": cfg.task.name, "pos": cfg.pos.name, "seed": cfg.seed, "run_dir": str(run_dir),
+        "max_steps": cfg.trainer.max_steps, "params": model.num_parameters(),
+        "positional_params": sum(p.numel() for p in model.pos.parameters()), "resumed_from_step": resumed_from,
+        "init_from": cfg.init_from, "surgery": cfg.surgery,
+        "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "accelerator": accelerator, "precision": precision, "compile": compiled, "threads": torch.get_num_threads(),
+        "machine": machine.describe(accelerator), **({"trial": trial} if trial else {}),
+    }
+
+
+def completed(model, task, cfg: DictConfig, lit, final: dict[str, float]) -> dict[str, Any]:
+    """A completed run's fields: its final metrics, exact match per group (``lit.group_results`` of the test
+    pass) and attention locality."""
+    return {"attention": locality.measure(model, task, cfg),  # the record rebuilds sharpening
+            "status": "completed", "final": final, "per_group": {
+                "group": task.group_name, "metric": "exact",
+                **{split: {str(g): counts for g, counts in groups.items()} for split, groups in lit.group_results.items()}}}
+
+
+def diverged(err) -> dict[str, Any]:
+    """A diverged run's fields, from its ``lit.Diverged``."""
+    return {"status": "diverged", "diverged_step": err.step, "last_finite_loss": err.last_finite_loss, "error": str(err)}
+
+
+def close_run(run_dir: Path, summary: dict[str, Any], loggers: list, record_dir: Path | None, steps: int,
+              seconds: float, fused: bool | None) -> dict[str, Any]:
+    """The end of a run whatever its status: the last fields, the loggers closed, summary.json written, and a
+    completed run's record kept."""
+    summary.update(steps=steps, wall_seconds=round(seconds, 2), fused_adamw=fused)
     for lg in loggers:
         lg.finalize("success" if summary["status"] == "completed" else summary["status"])
         if hasattr(lg, "close"):  # W&B: one run per job, finished before the next multirun job starts
@@ -355,10 +382,26 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
 
 
+def _plan_and_run(cfg: DictConfig, hc: DictConfig, run_dir: Path, sweep: bool) -> dict[str, Any]:
+    resolved(cfg)  # a bad ${ladder:…} rung is one line here, before anything resolves the config
+    if not sweep:
+        _check_single_run_of_preset(cfg, hc)
+    record_dir, trial = record_plan(cfg, hc, run_dir, sweep)
+    if not sweep and not cfg.get("resume") and (earlier := _interrupted_before(cfg)):
+        log.info("note: %s", earlier)
+    return run(cfg, run_dir, sweep=sweep, record_dir=record_dir, trial=trial)
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     """One Hydra job. Single run: exit 2 for a refused config, 1 for a failed run. In a sweep every outcome is
     noted for the sweep's closing summary (``ropelab.core.sweep_summary``), which sets the exit code."""
+    return one_job(cfg)
+
+
+def one_job(cfg: DictConfig, packed: dict[str, Any] | None = None) -> float | None:
+    """``main``'s job; ``packed``: the summary of this job trained already as a member of a pack
+    (``ropelab.core.packed_launcher``), which is then reported exactly as a job trained here."""
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
     run_dir = Path(hc.runtime.output_dir)
@@ -369,13 +412,7 @@ def main(cfg: DictConfig) -> float | None:
             sweep_summary.note(hc.job.num, job, kind, detail, where, trial)
 
     try:
-        resolved(cfg)  # a bad ${ladder:…} rung is one line here, before anything resolves the config
-        if not sweep:
-            _check_single_run_of_preset(cfg, hc)
-        record_dir, trial = record_plan(cfg, hc, run_dir, sweep)
-        if not sweep and not cfg.get("resume") and (earlier := _interrupted_before(cfg)):
-            log.info("note: %s", earlier)
-        summary = run(cfg, run_dir, sweep=sweep, record_dir=record_dir, trial=trial)
+        summary = packed if packed is not None else _plan_and_run(cfg, hc, run_dir, sweep)
     except ConfigError as err:  # refused before training: no folder left behind
         runs.remove_if_unstarted(run_dir)
         print(f"error: {f'[{job}] ' if sweep else ''}{err}", file=sys.stderr)

@@ -11,8 +11,10 @@ Four steps, each in its own process so that one failing does not hide the others
    trainer.precision=auto`` (one Hydra multirun); each summary.json must say completed, on that device;
 3. **bench**: ``python -m ropelab.bench --device <device>`` (ours per scheme vs Hugging Face's Llama at the
    precision auto picks, bf16 on CUDA, and vs HF fp32; on CUDA with ``--levers``: torch.compile measured);
-4. **throughput**: several jobs on one device at once (``hydra/launcher=gpu_shared``): the same sweep of
-   identical short jobs at each ``--concurrency``, jobs/hour against one at a time.
+4. **throughput**: several jobs on one device at once: the same sweep of identical short jobs (seeds) with
+   ``hydra/launcher=gpu_shared`` at each ``--concurrency`` (processes side by side) and with
+   ``hydra/launcher=packed`` at each ``--packs`` (members trained together in one process, one vmapped step),
+   jobs/hour against the first row.
 
 ``--tiny`` (the default off CUDA) shrinks all four to seconds: tiny model, 2 steps, the bench's ``--quick``.
 tests/test_gpucheck.py runs exactly that on the CPU, so the first GPU run is not the first run of this code.
@@ -101,20 +103,24 @@ def step_bench(device: str, tiny: bool, out: Path, timeout: int) -> dict[str, An
 
 
 def step_throughput(device: str, tiny: bool, steps: int, jobs: int, concurrency: list[int], runs_dir: Path,
-                    timeout: int) -> dict[str, Any]:
-    """The same ``jobs`` identical-length runs (seeds 0…jobs−1) at each concurrency: wall of the whole command
-    (what a user waits for, start-ups included) and jobs per hour."""
+                    timeout: int, packs: list[int] = ()) -> dict[str, Any]:
+    """The same ``jobs`` identical-length runs (seeds 0…jobs−1) at each concurrency (gpu_shared), then in packs
+    of each size (packed): wall of the whole command (what a user waits for, start-ups included) and jobs per
+    hour."""
     rows = []
-    for k in concurrency:
-        folder = runs_dir / f"throughput-n{k}"
+    ways = [("gpu_shared", f"hydra.launcher.n_jobs={k}", k, f"throughput-n{k}") for k in concurrency]
+    ways += [("packed", f"hydra.launcher.pack={k}", k, f"throughput-pack{k}") for k in packs]
+    for launcher, setting, k, name in ways:
+        folder = runs_dir / name
         cmd = [sys.executable, str(ROOT / "train.py"), "-m", "task=bio_rotation", "pos=rope",
                f"seed={','.join(map(str, range(jobs)))}", f"trainer.max_steps={steps}",
                f"trainer.val_every={max(1, steps // 2)}", f"trainer.accelerator={device}", "trainer.precision=auto",
                "trainer.progress=off", "rerun=true", "name=gpu-check-throughput", f"hydra.sweep.dir={folder}", "hydra.sweep.subdir=seed${seed}",
-               "hydra/launcher=gpu_shared", f"hydra.launcher.n_jobs={k}", *(TINY if tiny else [])]
+               f"hydra/launcher={launcher}", setting, *(TINY if tiny else [])]
         r = _run(cmd, timeout)
         done = [s for s in _summaries(folder) if s["status"] == "completed"]
-        rows.append({"n_jobs": k, "jobs": jobs, "completed": len(done), "steps": steps, "wall_s": r["seconds"],
+        rows.append({"launcher": launcher, "n_jobs": k, "jobs": jobs, "completed": len(done), "steps": steps,
+                     "wall_s": r["seconds"],
                      "jobs_per_hour": round(jobs * 3600 / r["seconds"], 1), "returncode": r["returncode"],
                      "tail": r["tail"] if r["returncode"] else ""})
     base = rows[0]["wall_s"] if rows else None
@@ -147,10 +153,11 @@ def markdown(result: dict[str, Any]) -> str:
                   s["bench"].get("table", s["bench"]["tail"]), ""]
     if "throughput" in s:
         lines += [f"## Several jobs on one device: {'ok' if s['throughput']['ok'] else 'FAILED'}", "",
-                  "| n_jobs at once | jobs | steps each | completed | wall (s) | jobs/hour | vs the first row |",
-                  "|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| launcher | jobs at once | jobs | steps each | completed | wall (s) | jobs/hour | vs the first row |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in s["throughput"]["rows"]:
-            lines.append(f"| {r['n_jobs']} | {r['jobs']} | {r['steps']} | {r['completed']} | {r['wall_s']} | "
+            how = "packed (members)" if r.get("launcher") == "packed" else "gpu_shared (processes)"
+            lines.append(f"| {how} | {r['n_jobs']} | {r['jobs']} | {r['steps']} | {r['completed']} | {r['wall_s']} | "
                          f"{r['jobs_per_hour']} | {r['speedup_vs_first']}× |")
         lines.append("")
     failed = [f"### {k}\n```\n{v.get('tail', '')[-2000:]}\n```" for k, v in s.items() if not v.get("ok") and k != "throughput"]
@@ -166,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="steps per scheme run (default 50; tiny 2)")
     p.add_argument("--jobs", type=int, default=None, help="jobs in each throughput sweep (default 8; tiny 2)")
     p.add_argument("--concurrency", default=None, help="n_jobs values, comma-separated (default 1,4,8; tiny 1,2)")
+    p.add_argument("--packs", default=None,
+                   help="hydra.launcher.pack values, comma-separated; 0 for none (default 4,8; tiny 2)")
     p.add_argument("--throughput-steps", type=int, default=None, help="steps per throughput job (default 400; tiny 2)")
     p.add_argument("--skip", default="", help="comma-separated steps to skip: tests,runs,bench,throughput")
     p.add_argument("--out", type=Path, default=None,
@@ -188,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps or (2 if tiny else 50)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     concurrency = [int(k) for k in (args.concurrency or ("1,2" if tiny else "1,4,8")).split(",")]
+    packs = [int(k) for k in (args.packs or ("2" if tiny else "4,8")).split(",") if int(k)]
     out.parent.mkdir(parents=True, exist_ok=True)
     say = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
 
@@ -209,10 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         say("3/4 bench ...")
         result["steps"]["bench"] = step_bench(device, tiny, out, args.timeout)
     if "throughput" not in skip:
-        say(f"4/4 several jobs at once: n_jobs {concurrency} ...")
+        say(f"4/4 several jobs at once: n_jobs {concurrency}, packs of {packs} ...")
         result["steps"]["throughput"] = step_throughput(
             device, tiny, args.throughput_steps or (2 if tiny else 400), args.jobs or (2 if tiny else 8), concurrency,
-            runs_dir, args.timeout)
+            runs_dir, args.timeout, packs)
     result["ok"] = all(step.get("ok") for step in result["steps"].values())
     result["seconds"] = round(time.perf_counter() - start, 1)
     text = markdown(result)
