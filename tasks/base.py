@@ -41,6 +41,11 @@ class Task:
     def sample_grouped(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
 
+    def shortcuts(self) -> dict[str, float]:
+        """Expected exact match of named strategies that skip what the task is about (indirect indexing's copying of
+        the source letter), read like the guess floor: a model there has not learned the task. {}: none named."""
+        return {}
+
     def for_split(self, split: str) -> "Task":
         """The task to draw ``split`` ("train", "val", "test", "ood") from; corpus tasks override this."""
         return self

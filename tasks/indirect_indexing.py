@@ -130,6 +130,14 @@ class IndirectIndexing(Task):
         ids = self.token_id
         return [ids[BOS], *(ids[ch] for ch in text)]
 
+    def shortcuts(self) -> dict[str, float]:
+        """``copy``: answer the source letter — right on shift 0 (probability 1/(2·shift_max+1)), otherwise the
+        in-context guess among the string's letters (1/length, lengths uniform): what a model scores that copies and
+        has not found the lookup (rung 1: 45.1 %, rung 2: 31.3 %)."""
+        p_zero = 1 / (2 * self.shift_max + 1)
+        guess = float(np.mean([1 / length for length in range(self.len_min, self.len_max + 1)]))
+        return {"copy": p_zero + (1 - p_zero) * guess}
+
     def sample_grouped(self, rng, n):
         ids = self.token_id
         bos, comma = ids[BOS], ids[","]

@@ -149,6 +149,28 @@ def test_the_guess_floor_of_a_rung_is_a_uniform_guess_among_the_strings_letters(
     assert context_guess_accuracy(tiny, n=500) == 0.25, "every string is the whole alphabet"
 
 
+def test_the_copy_shortcut_is_what_copying_the_source_letter_scores_on_drawn_examples(tmp_path):
+    """Task.shortcuts' closed form against the strategy itself on 20,000 drawn examples (paper format): answer the
+    source letter on a written shift of 0, else a uniform guess among the string's letters."""
+    for rung, documented in ((1, 0.451), (2, 0.313)):
+        task = tasks.from_config(rung_task_config(rung))
+        inputs, targets, _ = task.sample_grouped(np.random.default_rng(5), 20000)
+        hits = []
+        for x, y in zip(inputs, targets):
+            answer = np.flatnonzero(y != IGNORE)[0]
+            text = task.text(x[: answer + 1])              # "JBAGEFCI, A, 1, " (the answer left out)
+            string, source, shift = text.split(", ")[:3]
+            hits.append(float(y[answer] == task.token_id[source]) if shift == "0" else 1 / len(string))
+        level = task.shortcuts()["copy"]
+        assert round(level, 3) == documented                # the numbers README quotes
+        assert np.mean(hits) == pytest.approx(level, abs=0.01)
+    assert tasks.build("mod_arith").shortcuts() == {}, "a task names no shortcut unless it defines one"
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.yaml").write_text(yaml.safe_dump({"task": rung_task_config(2)}))
+    from ropelab.analysis.guess import shortcut_levels
+    assert shortcut_levels([tmp_path / "r" / "config.yaml"]) == {"indirect_indexing rung 2": {"copy": level}}
+
+
 def test_extrapolation_scales_a_rungs_lengths_and_refuses_past_its_alphabet():
     task_cfg = rung_task_config(3)  # 10–20 letters of 26
     longer = extrapolate.scaled_task_config(task_cfg, 1.25)

@@ -6,6 +6,8 @@ Two rules that do not follow the task's structure, and the better of them is the
 - in-context guess: answer uniformly among the distinct answer tokens that occur in the example's input
   (assoc_recall's values, variable_tracking's chain values; expected accuracy, no sampling of the guess).
 A model at the floor has learned which tokens can be answers, not the task; "above chance" means above it.
+A task may also name shortcuts (``Task.shortcuts``: indirect indexing's copying of the source letter), printed
+beside the floor: a model at a shortcut's level has not learned the task either.
 
     python -m ropelab.guess results/momentum_gamma      # one line per task found in the records' configs
 """
@@ -61,13 +63,25 @@ def group_mode_accuracy(task, n: int = 20000, seed: int = 0) -> float:
     return float(np.mean(guesses == answers))
 
 
-def baselines(configs: Iterable[Path], n: int = 20000) -> dict[str, float]:
-    """Guess accuracy (the floor) per task of the runs whose ``config.yaml`` files are given (first per task)."""
+def _task_configs(configs: Iterable[Path]) -> dict[str, dict]:
+    """The task sections of the runs whose ``config.yaml`` files are given, one per task (per rung of a ladder)."""
     found: dict[str, dict] = {}
     for config in configs:
         task_cfg = yaml.safe_load(Path(config).read_text())["task"]
-        found.setdefault(task_cfg["name"], task_cfg)
-    return {name: guess_accuracy(tasks.from_config(cfg), n) for name, cfg in found.items()}
+        rung = task_cfg.get("rung")
+        found.setdefault(task_cfg["name"] + (f" rung {rung}" if rung is not None else ""), task_cfg)
+    return dict(sorted(found.items()))
+
+
+def baselines(configs: Iterable[Path], n: int = 20000) -> dict[str, float]:
+    """Guess accuracy (the floor) per task (per rung) of the runs whose ``config.yaml`` files are given."""
+    return {name: guess_accuracy(tasks.from_config(cfg), n) for name, cfg in _task_configs(configs).items()}
+
+
+def shortcut_levels(configs: Iterable[Path]) -> dict[str, dict[str, float]]:
+    """Each task's (rung's) named shortcuts (``Task.shortcuts``) for the runs whose ``config.yaml`` files are given;
+    tasks that name none are left out."""
+    return {name: levels for name, cfg in _task_configs(configs).items() if (levels := tasks.from_config(cfg).shortcuts())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,8 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("record_root", type=Path, help="a folder of run records, e.g. results/momentum_gamma")
     p.add_argument("--n", type=int, default=20000, help="examples to fit and to score the guess on")
     args = p.parse_args(argv)
-    for name, acc in baselines(sorted(args.record_root.glob("*/config.yaml")), args.n).items():
+    configs = sorted(args.record_root.glob("*/config.yaml"))
+    for name, acc in baselines(configs, args.n).items():
         print(f"{name}: guess accuracy {100 * acc:.1f} %")
+    for name, levels in shortcut_levels(configs).items():
+        for shortcut, acc in levels.items():
+            print(f"{name}: shortcut {shortcut!r} {100 * acc:.1f} %")
     return 0
 
 
