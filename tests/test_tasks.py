@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+import ropelab.core.schema  # noqa: F401  (registers ${ladder:…}, which a task yaml resolves; alone, nothing else does)
 import tasks
 from conftest import HANG_GUARD_S
 from tasks.base import IGNORE
