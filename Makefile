@@ -109,11 +109,10 @@ pope-gpu: $(STAMP)
 
 # The size ladder (issue 22; conf/experiment/pope_ladder.yaml at batch 64, pope_ladder_b256.yaml at batch 256,
 # pope_baselines.yaml): rope vs pope × rungs × 3 seeds,
-# then Table 9's baselines and PoPE's δ init at one rung; each ends with its report (and pope-baselines with the
-# frequency-usage figure of its seed-0 rope and pope runs) in results/<preset>/. Calibrate first:
+# then Table 9's baselines and PoPE's δ init at one rung; each ends with its report in results/<preset>/ (the
+# frequency usage of the learned rope and pope models: results/pope_ladder_b256/freq_usage). Calibrate first:
 # make calibrate TASK=indirect_indexing. E.g. make pope-ladder LAUNCHER=joblib ARGS="trainer.threads=1"
 .PHONY: pope-ladder pope-baselines
-LADDER_RUN = runs/pope_baselines/pos=$(1),seed=0,task=indirect_indexing
 pope-ladder: $(STAMP)
 	@st=0; \
 	for preset in pope_ladder pope_ladder_b256; do \
@@ -123,15 +122,15 @@ pope-ladder: $(STAMP)
 	echo "next: git add results/pope_ladder* && git commit -m 'records: pope_ladder' -- results/pope_ladder*"; \
 	exit $$st
 
+# rope and pope at the baselines' config are the batch-256 ladder's rung-1 jobs: the report reads their records there
 pope-baselines: $(STAMP)
 	@st=0; \
 	$(PY) train.py -m experiment=pope_baselines $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) train.py -m experiment=pope_baselines pos=alibi pos.heads_fraction=0.5 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) train.py -m experiment=pope_baselines pos=pope pos.delta_init=uniform $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
-	$(PY) -m ropelab.report results/pope_baselines --out results/pope_baselines/report || st=1; \
-	if [ -f "$(call LADDER_RUN,rope)/checkpoints/last.ckpt" ] && [ -f "$(call LADDER_RUN,pope)/checkpoints/last.ckpt" ]; then \
-	  $(PY) -m ropelab.freq_usage "$(call LADDER_RUN,rope)" "$(call LADDER_RUN,pope)" --out results/pope_baselines/freq_usage || st=1; \
-	else echo "freq_usage: no checkpoints of the seed-0 rope and pope runs under runs/pope_baselines (trained elsewhere?)"; fi; \
+	$(PY) train.py -m experiment=pope_ladder_b256 task.rung=1 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) -m ropelab.report results/pope_baselines/*=* results/pope_ladder_b256/*task.rung=1,* \
+	  --out results/pope_baselines/report || st=1; \
 	echo "next: git add results/pope_baselines && git commit -m 'records: pope_baselines' -- results/pope_baselines"; \
 	exit $$st
 

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ropelab.core import schema  # noqa: F401  (registers ${ladder:…}, which composed task configs resolve)
 from ropelab.core.cli import CONF_DIR
 
 
