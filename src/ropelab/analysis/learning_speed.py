@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ropelab.analysis.report.sweep import SCHEME_ORDER, TASK_ORDER, Sweep, ordered
+from ropelab.analysis.report.sweep import TASK_ORDER, Sweep, ordered
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.core.errors import ConfigError
 from ropelab.analysis.stats import (Landmarks, estimate, first_step_at, metric_curve, onset_step, paired_difference,
@@ -28,7 +28,9 @@ FINAL = ("val/acc", "ood/acc", "ood/exact")
 
 
 def measures(sweep: Sweep, level: float) -> pd.DataFrame:
-    """One row per completed run: task, scheme, seed, onset, steps to ``level``, the final metrics."""
+    """One row per completed run: task, scheme, its column in the sweep's report (the scheme, with the settings the
+    sweep varies besides: ``rope rung=2``), seed, onset, steps to ``level``, the final metrics."""
+    column_of = dict(zip(sweep.cells["run"], sweep.cells["column"])) if not sweep.cells.empty else {}
     rows = []
     for run in sweep.runs:
         if run.status != "completed":
@@ -36,7 +38,7 @@ def measures(sweep: Sweep, level: float) -> pd.DataFrame:
         reached = first_step_at(metric_curve(run.metrics), level)
         onset = onset_step(train_loss(run.metrics), sweep.rule)
         rows.append({"task": run.config.get("task.name"), "scheme": run.config.get("pos.name"),
-                     "seed": run.config.get("seed"), "steps": run.config.get("trainer.max_steps"),
+                     "column": column_of.get(run.rel, run.config.get("pos.name")), "seed": run.config.get("seed"), "steps": run.config.get("trainer.max_steps"),
                      "onset": math.nan if onset is None else onset, "to_level": reached,
                      **{m: run.final.get(m, math.nan) for m in FINAL}})
     return pd.DataFrame(rows)
@@ -51,14 +53,16 @@ def _scaled(key: str, value: float) -> float:
     return 100 * value if key in FINAL else value
 
 
-def tables(data: pd.DataFrame, reference: str, level: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per task × scheme: mean ± SD (n) of each measure; per task × scheme ≠ reference: the paired difference)."""
+def tables(data: pd.DataFrame, columns: list[str], pairs: list[tuple[str, str]], level: float
+           ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per task × column: mean ± SD (n) of each measure; per task and (column, reference column) pair of
+    ``pairs``: the paired difference)."""
     cells, diffs = [], []
     for task in ordered(data["task"], TASK_ORDER):
         here = data[data["task"] == task]
-        by_scheme = {s: here[here["scheme"] == s].set_index("seed") for s in ordered(here["scheme"], SCHEME_ORDER)}
-        for scheme, runs in by_scheme.items():
-            row = {"task": task, "scheme": scheme, "steps": int(runs["steps"].iloc[0])}
+        by_column = {c: here[here["column"] == c].set_index("seed") for c in columns if (here["column"] == c).any()}
+        for column, runs in by_column.items():
+            row = {"task": task, "scheme": column, "steps": int(runs["steps"].iloc[0])}
             for key, (title, fmt) in MEASURES.items():
                 values = [_scaled(key, v) for v in runs[key]]
                 est = estimate(values)
@@ -66,13 +70,14 @@ def tables(data: pd.DataFrame, reference: str, level: float) -> tuple[pd.DataFra
                 text = "–" if est.n == 0 else fmt.format(est.mean) + ("" if est.n < 2 else f" ± {fmt.format(est.sd)}")
                 row[title.format(level=level)] = f"{text} (n={est.n}" + (f", {missing} never" if missing else "") + ")"
             cells.append(row)
-            if scheme == reference or reference not in by_scheme:
+        for column, reference in pairs:
+            if column not in by_column or reference not in by_column:
                 continue
-            drow = {"task": task, "pair": f"{scheme} − {reference}"}
+            drow = {"task": task, "pair": f"{column} − {reference}"}
             for key, (title, fmt) in MEASURES.items():
-                def per_seed(s):
-                    return {seed: _scaled(key, v) for seed, v in by_scheme[s][key].items()}
-                d = paired_difference(per_seed(scheme), per_seed(reference))
+                def per_seed(c):
+                    return {seed: _scaled(key, v) for seed, v in by_column[c][key].items()}
+                d = paired_difference(per_seed(column), per_seed(reference))
                 drow[title.format(level=level)] = ("–" if d.n == 0 else d.text(fmt.replace(":", ":+"))) + (
                     " *" if d.excludes_zero() else "")
             diffs.append(drow)
@@ -84,7 +89,7 @@ def report(root: Path, out: Path, reference: str, level: float) -> Path:
     data = measures(sweep, level)
     if data.empty:
         raise ConfigError(f"{root}: no completed run to compare (a sweep's records, e.g. results/bifocal_calibrated)")
-    cells, diffs = tables(data, reference, level)
+    cells, diffs = tables(data, sweep.columns(), sweep.scheme_pairs(reference), level)
     md = [f"# Learning speed and extrapolation: {root.name}", "",
           f"Records: `{root}` ({len(data)} completed runs). Onset: {sweep.rule.describe().split(';')[1].strip()}. "
           f"Steps to {level:g}: the first validation at or above {level:g} accuracy (\"never\": not within the "

@@ -48,24 +48,21 @@ def run_value(run: Run, key: str) -> float | None:
 
 def comparison_section(sweep: Sweep) -> list[str]:
     """Per task and pair of columns: the difference (column − reference) in final val loss and in the two
-    landmarks, paired by seed, with a 95 % t interval; only for sweeps whose columns differ by scheme alone."""
-    columns = sweep.columns()
-    if sweep.col_keys != ["pos.name"] or len(columns) < 2:
-        return []
+    landmarks, paired by seed, with a 95 % t interval, for the columns that differ in scheme alone (``Sweep.scheme_pairs``)."""
+    pairs = sweep.scheme_pairs()
     rows = []
     for task in sweep.tasks():
         by_column = {c: {r.config.get("seed"): r for r in sweep.runs_in(task, c) if r.status == "completed"}
-                     for c in columns}
-        for i, ref in enumerate(columns):
-            for other in columns[i + 1:]:
-                row = {"task": task, "pair": f"{other} − {ref}"}
-                for key, title in PAIRED.items():
-                    def values(c):
-                        return {seed: run_value(r, key) for seed, r in by_column[c].items()}
-                    diff = paired_difference(values(other), values(ref))
-                    row[title] = diff.text("{:.0f}" if key in LANDMARKS else "{:.3f}") + (
-                        " *" if diff.excludes_zero() else "")
-                rows.append(row)
+                     for pair in pairs for c in pair}
+        for other, ref in pairs:
+            row = {"task": task, "pair": f"{other} − {ref}"}
+            for key, title in PAIRED.items():
+                def values(c):
+                    return {seed: run_value(r, key) for seed, r in by_column[c].items()}
+                diff = paired_difference(values(other), values(ref))
+                row[title] = diff.text("{:.0f}" if key in LANDMARKS else "{:.3f}") + (
+                    " *" if diff.excludes_zero() else "")
+            rows.append(row)
     if not rows:
         return []
     return ["### Scheme against scheme, paired by seed", "",

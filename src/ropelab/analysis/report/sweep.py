@@ -149,6 +149,26 @@ class Sweep:
             combos.sort(key=lambda c, k=k, order=order: order.index(c[k]))
         return list(dict.fromkeys(self.column_label(c) for c in combos))
 
+    def scheme_pairs(self, reference: str | None = None) -> list[tuple[str, str]]:
+        """(column, reference column): the pairs of columns whose schemes differ and whose other settings (the
+        column keys outside ``pos.``, such as ``task.rung``) agree, in column order — each column against every
+        earlier one, or against the columns of the scheme ``reference`` only. A scheme's own options (``pos.…``)
+        belong to the scheme: ``pope delta_init=uniform`` pairs with ``rope``."""
+        if "pos.name" not in self.col_keys or self.cells.empty:
+            return []
+        combos = self.cells[self.col_keys].drop_duplicates().to_dict("records")
+        values = {self.column_label(c): c for c in combos}
+        setting = {c: tuple(v[k] for k in self.col_keys if not k.startswith("pos.")) for c, v in values.items()}
+        columns = self.columns()
+        pairs = []
+        for i, ref in enumerate(columns):
+            for other in columns[i + 1:] if reference is None else columns:
+                if values[other]["pos.name"] == values[ref]["pos.name"] or setting[other] != setting[ref]:
+                    continue
+                if reference is None or values[ref]["pos.name"] == reference:
+                    pairs.append((other, ref))
+        return pairs
+
     def runs_in(self, task: str, column: str) -> list[Run]:
         sel = self.cells[(self.cells[self.row_key] == task) & (self.cells["column"] == column)]
         by_rel = {r.rel: r for r in self.runs}
