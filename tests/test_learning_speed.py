@@ -64,3 +64,10 @@ def test_schemes_pair_within_each_setting_the_sweep_varies(tmp_path):
     assert "+40.5 [" in rows["pope delta_init=zero rung=1 − rope rung=1"]
     assert "+30.5 [" in rows["pope delta_init=zero rung=2 − rope rung=2"]
     assert "(n=1)" in rows["pope delta_init=uniform rung=1 − rope rung=1"]
+    from ropelab.analysis.report.sweep import Sweep
+    from ropelab.analysis.stats import Landmarks
+    pairs = Sweep(tmp_path, Landmarks()).scheme_pairs()
+    assert {frozenset(p) for p in pairs} == {
+        frozenset({"pope delta_init=zero rung=1", "rope rung=1"}), frozenset({"pope delta_init=zero rung=2", "rope rung=2"}),
+        frozenset({"pope delta_init=uniform rung=1", "rope rung=1"}),
+        frozenset({"pope delta_init=uniform rung=1", "pope delta_init=zero rung=1"})}, "a scheme's variants pair too"

@@ -150,10 +150,10 @@ class Sweep:
         return list(dict.fromkeys(self.column_label(c) for c in combos))
 
     def scheme_pairs(self, reference: str | None = None) -> list[tuple[str, str]]:
-        """(column, reference column): the pairs of columns whose schemes differ and whose other settings (the
-        column keys outside ``pos.``, such as ``task.rung``) agree, in column order — each column against every
-        earlier one, or against the columns of the scheme ``reference`` only. A scheme's own options (``pos.…``)
-        belong to the scheme: ``pope delta_init=uniform`` pairs with ``rope``."""
+        """(column, reference column): the pairs of columns that differ in the scheme or one of its options
+        (``pos.…``) while their other settings (the column keys outside ``pos.``, such as ``task.rung``) agree, in
+        column order — every such pair, or those against the columns of the scheme ``reference`` (and between
+        that scheme's own variants: ``pope delta_init=uniform − pope delta_init=zero``)."""
         if "pos.name" not in self.col_keys or self.cells.empty:
             return []
         combos = self.cells[self.col_keys].drop_duplicates().to_dict("records")
@@ -162,10 +162,15 @@ class Sweep:
         columns = self.columns()
         pairs = []
         for i, ref in enumerate(columns):
-            for other in columns[i + 1:] if reference is None else columns:
-                if values[other]["pos.name"] == values[ref]["pos.name"] or setting[other] != setting[ref]:
+            for j, other in enumerate(columns):
+                if other == ref or setting[other] != setting[ref]:
                     continue
-                if reference is None or values[ref]["pos.name"] == reference:
+                if reference is None:
+                    keep = j > i
+                else:
+                    same_scheme = values[other]["pos.name"] == reference
+                    keep = values[ref]["pos.name"] == reference and (not same_scheme or j > i)
+                if keep:
                     pairs.append((other, ref))
         return pairs
 
