@@ -122,15 +122,18 @@ pope-ladder: $(STAMP)
 	echo "next: git add results/pope_ladder* && git commit -m 'records: pope_ladder' -- results/pope_ladder*"; \
 	exit $$st
 
-# rope and pope at the baselines' config are the batch-256 ladder's rung-1 jobs: the report reads their records there
+# rope and pope at the baselines' config are the batch-256 ladder's rung-1 jobs: results/pope_baselines links their
+# records (pos=rope,seed=0,task=indirect_indexing → ../pope_ladder_b256/pos=rope,seed=0,task.rung=1,…)
 pope-baselines: $(STAMP)
 	@st=0; \
 	$(PY) train.py -m experiment=pope_baselines $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) train.py -m experiment=pope_baselines pos=alibi pos.heads_fraction=0.5 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) train.py -m experiment=pope_baselines pos=pope pos.delta_init=uniform $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) train.py -m experiment=pope_ladder_b256 task.rung=1 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
-	$(PY) -m ropelab.report results/pope_baselines/*=* results/pope_ladder_b256/*task.rung=1,* \
-	  --out results/pope_baselines/report || st=1; \
+	$(PY) -m ropelab.report results/pope_baselines || st=1; \
+	$(PY) -m ropelab.learning_speed results/pope_baselines || st=1; \
+	$(PY) -m ropelab.learning_speed results/pope_baselines --reference pope \
+	  --out results/pope_baselines/report/against_pope || st=1; \
 	echo "next: git add results/pope_baselines && git commit -m 'records: pope_baselines' -- results/pope_baselines"; \
 	exit $$st
 
