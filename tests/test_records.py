@@ -171,3 +171,25 @@ def test_report_compares_single_runs_side_by_side(tmp_path):
     assert "| task | rope | spectral |" in md and (tmp_path / "cmp" / "report" / "curves_bio_rotation.png").is_file()
     with pytest.raises(SystemExit, match="not a run folder"):
         report.main([str(tmp_path / "single" / "a_rope"), str(tmp_path / "nothing")])
+
+
+def test_a_linked_record_is_the_job_its_table_would_train():
+    """A table may link another table's record instead of retraining it (results/pope_baselines → the batch-256
+    ladder's rung-1 rope and pope): every committed link resolves to a record, and its resolved config is the one
+    the linking table's preset composes for that job, but for the preset's own name and record keys and how it ran."""
+    from omegaconf import OmegaConf
+
+    from conftest import ROOT
+    from ropelab.core.config import compose, flatten
+
+    links = sorted(p for p in (ROOT / "results").glob("*/*") if p.is_symlink())
+    for link in links:
+        assert (link / "summary.json").is_file() and (link / "config.yaml").is_file(), f"{link} is a broken link"
+        overrides = [f"experiment={link.parent.name}", *link.name.split(",")]
+        wanted = flatten(OmegaConf.to_container(compose(overrides), resolve=True))
+        kept = flatten(yaml.safe_load((link / "config.yaml").read_text()))
+        differ = {k for k in set(wanted) | set(kept) if wanted.get(k) != kept.get(k)}
+        # how it ran (threads, progress lines; optim.fused arrived after the ladder: its records trained unfused)
+        how = {"trainer.threads", "trainer.progress", "optim.fused"}
+        assert differ <= {"name", "record", "record_also", *how}, f"{link.name}: {sorted(differ)} differ"
+    assert len(links) >= 6
