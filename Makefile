@@ -123,13 +123,14 @@ pope-ladder: $(STAMP)
 	exit $$st
 
 # rope and pope at the baselines' config are the batch-256 ladder's rung-1 jobs: results/pope_baselines links their
-# records (pos=rope,seed=0,task=indirect_indexing → ../pope_ladder_b256/pos=rope,seed=0,task.rung=1,…)
+# records (pos=rope,seed=0,task=indirect_indexing → ../pope_ladder_b256/pos=rope,seed=0,task.rung=1,…), so the
+# grid skips them as recorded; the ladder's rung 1 runs first so that the links resolve
 pope-baselines: $(STAMP)
 	@st=0; \
+	$(PY) train.py -m experiment=pope_ladder_b256 task.rung=1 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) train.py -m experiment=pope_baselines $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) train.py -m experiment=pope_baselines pos=alibi pos.heads_fraction=0.5 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) train.py -m experiment=pope_baselines pos=pope pos.delta_init=uniform $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
-	$(PY) train.py -m experiment=pope_ladder_b256 task.rung=1 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) -m ropelab.report results/pope_baselines || st=1; \
 	$(PY) -m ropelab.learning_speed results/pope_baselines || st=1; \
 	$(PY) -m ropelab.learning_speed results/pope_baselines --reference pope \

@@ -175,7 +175,7 @@ def test_report_compares_single_runs_side_by_side(tmp_path):
 
 def test_a_linked_record_is_the_job_its_table_would_train():
     """A table may link another table's record instead of retraining it (results/pope_baselines → the batch-256
-    ladder's rung-1 rope and pope): every committed link resolves to a record, and its resolved config is the one
+    ladder's rung-1 rope and pope; its sweep skips them as recorded): every committed link resolves to a record, and its resolved config is the one
     the linking table's preset composes for that job, but for the preset's own name and record keys and how it ran."""
     from omegaconf import OmegaConf
 
@@ -185,6 +185,7 @@ def test_a_linked_record_is_the_job_its_table_would_train():
     links = sorted(p for p in (ROOT / "results").glob("*/*") if p.is_symlink())
     for link in links:
         assert (link / "summary.json").is_file() and (link / "config.yaml").is_file(), f"{link} is a broken link"
+        assert runs.recorded(link), f"{link}: a sweep would not skip it as recorded"
         overrides = [f"experiment={link.parent.name}", *link.name.split(",")]
         wanted = flatten(OmegaConf.to_container(compose(overrides), resolve=True))
         kept = flatten(yaml.safe_load((link / "config.yaml").read_text()))

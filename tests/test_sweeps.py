@@ -36,7 +36,7 @@ EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call 
     "pope_ladder": {"task": {"indirect_indexing"}, "pos": {"rope", "pope"}, "task.rung": {"1", "2", "3"}},
     "pope_ladder_b256": {"task": {"indirect_indexing"}, "pos": {"rope", "pope"}, "task.rung": {"1", "2"}},
     "pope_baselines": {"task": {"indirect_indexing"},
-                       "pos": {"rope_half", "alibi", "learned_abs", "sinusoidal"}},
+                       "pos": {"rope", "pope", "rope_half", "alibi", "learned_abs", "sinusoidal"}},
     "momentum_gamma": {"task": {"assoc_recall", "variable_tracking", "global_counting", "mean_pooling"},
                        "pos": {"rope"}, "pos.momentum.gamma": {"0", "0.3", "0.5", "0.7", "1.0", "2.0"}},
     "momentum_freqs": {"task": {"assoc_recall", "variable_tracking", "global_counting", "mean_pooling"},
