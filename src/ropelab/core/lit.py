@@ -31,9 +31,13 @@ class Diverged(RuntimeError):
         self.step, self.last_finite_loss = step, last_finite_loss
 
 
-def gradient_diverged(norm: torch.Tensor, bound: float | None) -> bool:
-    """The divergence rule on a step's gradient norm: not finite, or past ``trainer.diverge_grad_norm``."""
-    return not torch.isfinite(norm) or bool(bound and norm > bound)
+NONFINITE_LOSS = "non-finite training loss"  # why a run diverged (``Diverged``), single or packed
+
+
+def gradient_diverged(norm: torch.Tensor, bound: float | None) -> str | None:
+    """The divergence rule on a step's gradient norm (not finite, or past ``trainer.diverge_grad_norm``): why the
+    run diverged, or None."""
+    return f"gradient norm {float(norm):.3g}" if not torch.isfinite(norm) or (bound and norm > bound) else None
 
 
 def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
@@ -185,7 +189,7 @@ class LitLM(L.LightningModule):
         loss = self.loss(self.model(inputs), targets)
         value = loss.detach()
         if not torch.isfinite(value):
-            raise Diverged(self.global_step, self.last_finite_loss, "non-finite training loss")
+            raise Diverged(self.global_step, self.last_finite_loss, NONFINITE_LOSS)
         self.last_finite_loss = float(value)
         self.log("train/loss", value, on_step=True, on_epoch=False, prog_bar=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
@@ -193,8 +197,8 @@ class LitLM(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer):
         norm = self._grad_norm = grad_norm(optimizer)
-        if gradient_diverged(norm, self.diverge_grad_norm):
-            raise Diverged(self.global_step, self.last_finite_loss, f"gradient norm {float(norm):.3g}")
+        if why := gradient_diverged(norm, self.diverge_grad_norm):
+            raise Diverged(self.global_step, self.last_finite_loss, why)
         self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):

@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ropelab.core.config import flatten
 from ropelab.core.errors import ConfigError
-from ropelab.core.lit import LitLM, clip_by_norm, grad_norm, gradient_diverged
+from ropelab.core.lit import NONFINITE_LOSS, LitLM, clip_by_norm, grad_norm, gradient_diverged
 from ropelab.core.positional.momentum import gamma_of
 
 # keys a pack's members may differ in: none changes a tensor's shape or the operations of a step
@@ -72,9 +72,8 @@ class Pack:
         task, ood = tasks.build_with_ood(OmegaConf.to_container(self.cfgs[0].task, resolve=True))
         self.task = task.for_split("train")
         if lits is None:
-            self.models = [model_for(cfg, len(task.vocab), max(task.seq_len, ood.seq_len)) for cfg in self.cfgs]
-            lits = [LitLM(m, cfg.optim, cfg.trainer.max_steps, cfg.trainer.diverge_grad_norm)
-                    for m, cfg in zip(self.models, self.cfgs)]
+            lits = [LitLM(model_for(cfg, len(task.vocab), max(task.seq_len, ood.seq_len)), cfg.optim,
+                          cfg.trainer.max_steps, cfg.trainer.diverge_grad_norm) for cfg in self.cfgs]
         self.lits = list(lits)
         self.models = [lit.model.to(device) for lit in self.lits]
         self.template = self.models[0]
@@ -151,12 +150,12 @@ class Pack:
                 continue
             out.append(values[k])
             if not math.isfinite(values[k]):
-                self.diverged[k], self.why[k] = self.steps, "non-finite training loss"
+                self.diverged[k], self.why[k] = self.steps, NONFINITE_LOSS
                 continue
             self.last_finite_loss[k] = values[k]
             norm = grad_norm(opt)
-            if gradient_diverged(norm, cfg.trainer.diverge_grad_norm):
-                self.diverged[k], self.why[k] = self.steps, f"gradient norm {float(norm):.3g}"
+            if why := gradient_diverged(norm, cfg.trainer.diverge_grad_norm):
+                self.diverged[k], self.why[k] = self.steps, why
                 continue
             self.lrs[k], self.grad_norms[k] = opt.param_groups[0]["lr"], float(norm)
             if cfg.trainer.gradient_clip_val:

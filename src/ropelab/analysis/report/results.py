@@ -48,12 +48,13 @@ def run_value(run: Run, key: str) -> float | None:
 
 def comparison_section(sweep: Sweep) -> list[str]:
     """Per task and pair of columns: the difference (column − reference) in final val loss and in the two
-    landmarks, paired by seed, with a 95 % t interval, for the columns that differ in scheme alone (``Sweep.scheme_pairs``)."""
+    landmarks, paired by seed, with a 95 % t interval, for the columns that differ in the scheme or its options
+    alone (``Sweep.scheme_pairs``)."""
     pairs = sweep.scheme_pairs()
     rows = []
     for task in sweep.tasks():
         by_column = {c: {r.config.get("seed"): r for r in sweep.runs_in(task, c) if r.status == "completed"}
-                     for pair in pairs for c in pair}
+                     for c in {c for pair in pairs for c in pair}}
         for other, ref in pairs:
             row = {"task": task, "pair": f"{other} − {ref}"}
             for key, title in PAIRED.items():

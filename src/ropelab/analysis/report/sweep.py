@@ -141,25 +141,28 @@ class Sweep:
         return ordered(self.cells[self.row_key], TASK_ORDER) if not self.cells.empty else []
 
     def columns(self) -> list[str]:
+        return list(self.column_values())
+
+    def column_values(self) -> dict[str, dict[str, str]]:
+        """Each column's label → its values of the column keys, in column order (schemes in SCHEME_ORDER)."""
         if self.cells.empty:
-            return []
+            return {}
         combos = self.cells[self.col_keys].drop_duplicates().to_dict("records")
         for k in reversed(self.col_keys):
             order = ordered((c[k] for c in combos), SCHEME_ORDER if k == "pos.name" else None)
             combos.sort(key=lambda c, k=k, order=order: order.index(c[k]))
-        return list(dict.fromkeys(self.column_label(c) for c in combos))
+        return {self.column_label(c): c for c in combos}
 
     def scheme_pairs(self, reference: str | None = None) -> list[tuple[str, str]]:
         """(column, reference column): the pairs of columns that differ in the scheme or one of its options
         (``pos.…``) while their other settings (the column keys outside ``pos.``, such as ``task.rung``) agree, in
         column order — every such pair, or those against the columns of the scheme ``reference`` (and between
         that scheme's own variants: ``pope delta_init=uniform − pope delta_init=zero``)."""
-        if "pos.name" not in self.col_keys or self.cells.empty:
+        if "pos.name" not in self.col_keys:
             return []
-        combos = self.cells[self.col_keys].drop_duplicates().to_dict("records")
-        values = {self.column_label(c): c for c in combos}
+        values = self.column_values()
         setting = {c: tuple(v[k] for k in self.col_keys if not k.startswith("pos.")) for c, v in values.items()}
-        columns = self.columns()
+        columns = list(values)
         pairs = []
         for i, ref in enumerate(columns):
             for j, other in enumerate(columns):
