@@ -198,6 +198,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     for m in members:
         if not any(m in p for p in chosen):
             m.claim.close()  # it runs as any job does, and claims its folder again
+            m.built = None
     log.info(f"Launching {len(configs)} jobs locally: {sum(map(len, chosen))} in {len(chosen)} packs "
              f"(up to {size} members), {len(configs) - sum(map(len, chosen))} alone")
     summaries: dict[int, dict] = {}
@@ -217,6 +218,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             summaries.update(train_pack(pack))
             for m in pack:
                 run_one(m.num, functools.partial(train.one_job, packed=summaries[m.num]))
+                m.built = None  # its model and fixed training set (data.train_size) go with its pack, not the launch
         elif num not in packed:
             log.info(f"\t#{num} : {' '.join(configs[num].hydra.overrides.task)}")
             run_one(num, launcher.task_function)
