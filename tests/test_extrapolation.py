@@ -191,6 +191,28 @@ def test_command_writes_the_table_and_the_figure(tiny_runs, tmp_path, capsys):
     assert "error: path=" in capsys.readouterr().out
 
 
+def test_tables_are_rebuilt_from_the_csv_alone_with_more_references(tiny_runs, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert extrapolate.main([str(tiny_runs / "rope"), "--factors", "1", "2", "--scaling", "none", "ntk:auto",
+                             "--out", str(out)]) == 0
+    again = tmp_path / "again"
+    assert extrapolate.main(["--tables-from", str(out / "extrapolation.csv"), "--out", str(again)]) == 0
+    assert (again / "extrapolation.md").read_text() == (out / "extrapolation.md").read_text()  # no evaluation needed
+    assert (again / "extrapolation.csv").read_bytes() == (out / "extrapolation.csv").read_bytes()
+    both = tmp_path / "both"
+    assert extrapolate.main(["--tables-from", str(out / "extrapolation.csv"), "--reference", "rope",
+                             "rope+ntk×auto (eval)", "--out", str(both)]) == 0
+    text = (both / "extrapolation.md").read_text()
+    assert "loss − rope's loss at the same length" in text
+    assert "loss − rope+ntk×auto (eval)'s loss at the same length" in text
+    assert "| rope | +0.000 (n=1) |" in text  # at 1× ntk:auto is rope itself
+    capsys.readouterr()
+    assert extrapolate.main(["--tables-from", str(tmp_path / "missing.csv")]) == 2
+    assert extrapolate.main([]) == 2
+    out_lines = capsys.readouterr().out.strip().splitlines()
+    assert out_lines[0].startswith("error: --tables-from=") and out_lines[1].startswith("error: paths=")
+
+
 def test_the_fine_tune_preset_starts_from_the_pretraining_job_of_its_scheme_and_seed(tmp_path, monkeypatch):
     from ropelab.core import build, config
 

@@ -34,7 +34,7 @@ import copy
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -277,9 +277,9 @@ def _cell(values: list[float], digits: int = 3) -> str:
     return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f} (n={len(values)})"
 
 
-def tables(rows: list[dict], reference: str = "rope") -> str:
+def tables(rows: list[dict], references: Sequence[str] = ("rope",)) -> str:
     """The Markdown report: per task, loss and accuracy per length (mean ± SD over seeds), the loss change from 1×,
-    each scheme − ``reference`` paired by seed (95 % t intervals), the 1× check, the empty cells."""
+    each scheme − each of ``references`` paired by seed (95 % t intervals), the 1× check, the empty cells."""
     import pandas as pd
 
     from ropelab.analysis.stats import paired_difference
@@ -321,7 +321,7 @@ def tables(rows: list[dict], reference: str = "rope") -> str:
                     cells.append(_cell(list((at - at1.reindex(at.index)).dropna()), 3))
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
-        if reference in set(part["label"]):
+        for reference in (r for r in references if r in set(part["label"])):
             ref = part[part["label"] == reference]
             lines += [f"## {task}: loss − {reference}'s loss at the same length, paired by seed (mean [95 % t interval])",
                       "", "| scheme | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
@@ -372,13 +372,13 @@ def figure(rows: list[dict], task: str, path: Path) -> None:
     plt.close(fig)
 
 
-def write(rows: list[dict], out: Path, reference: str = "rope") -> list[Path]:
+def write(rows: list[dict], out: Path, references: Sequence[str] = ("rope",)) -> list[Path]:
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "extrapolation.csv", out / "extrapolation.md"]
     pd.DataFrame(rows).to_csv(written[0], index=False)
-    written[1].write_text(tables(rows, reference) + "\n")
+    written[1].write_text(tables(rows, references) + "\n")
     for task in sorted({r["task"] for r in rows}):
         if any(r["task"] == task and r["loss"] is not None for r in rows):
             figure(rows, task, out / f"extrapolation_{task}.png")
@@ -388,19 +388,24 @@ def write(rows: list[dict], out: Path, reference: str = "rope") -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ropelab.extrapolate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", help="run folders or sweep folders (runs/<name>)")
+    parser.add_argument("paths", nargs="*", help="run folders or sweep folders (runs/<name>)")
     parser.add_argument("--factors", nargs="+", type=float, default=[1, 2, 4, 8],
                         help="length factors of the (pre)training length (default 1 2 4 8)")
     parser.add_argument("--scaling", nargs="+", default=["none"],
                         help="variants for pos=rope runs: none, linear|ntk|yarn:<factor|auto> (default none)")
     parser.add_argument("--split", default="val", choices=("val", "test"), help="the fixed set (default val)")
     parser.add_argument("--examples", type=int, default=None, help="examples per length (default data.val_size)")
-    parser.add_argument("--reference", default="rope", help="the scheme the others are compared with, paired by "
-                        "seed (default rope)")
+    parser.add_argument("--reference", nargs="+", default=["rope"], help="the schemes or variants the others are "
+                        "compared with, paired by seed, a table each (default rope; e.g. rope 'rope+yarn×4 (eval)')")
+    parser.add_argument("--tables-from", default=None, metavar="CSV", help="rebuild the tables and the figure from "
+                        "an extrapolation.csv already written (no evaluation; e.g. with other --reference)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--out", default=None, help="output folder (default runs/extrapolation/<first path name>)")
     args = parser.parse_args(argv)
+    if args.tables_from:
+        return _rewrite(Path(args.tables_from), Path(args.out) if args.out else None, args.reference)
     try:
+        require(bool(args.paths), "paths", args.paths, "one or more run or sweep folders (or --tables-from CSV)")
         variants = [Variant.parse(s) for s in args.scaling]
         require(all(f > 0 for f in args.factors), "--factors", args.factors, "numbers > 0")
         runs_found, skipped = find_runs(args.paths)
@@ -419,6 +424,21 @@ def main(argv: list[str] | None = None) -> int:
         rows += extrapolate_run(run, sorted(set(args.factors)), variants, args.split, args.examples)
     out = Path(args.out) if args.out else Path("runs/extrapolation") / Path(args.paths[0]).name
     for path in write(rows, out, args.reference):
+        print(f"wrote {path}")
+    return 0
+
+
+def _rewrite(csv: Path, out: Path | None, references: Sequence[str]) -> int:
+    """``--tables-from``: the report of an evaluation already run, rebuilt from its CSV (into its folder by default)."""
+    import pandas as pd
+
+    if not csv.is_file():
+        print(f"error: --tables-from={csv} is not a file: give the extrapolation.csv of an evaluation")
+        return 2
+    df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    df["note"] = df["note"].fillna("")
+    rows = df.astype(object).where(df.notna(), None).to_dict("records")
+    for path in write(rows, out or csv.parent, references):
         print(f"wrote {path}")
     return 0
 
