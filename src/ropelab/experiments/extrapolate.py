@@ -400,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables-from", default=None, metavar="CSV", help="rebuild the tables and the figure from "
                         "an extrapolation.csv already written (no evaluation; e.g. with other --reference)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
-    parser.add_argument("--out", default=None, help="output folder (default runs/extrapolation/<first path name>)")
+    parser.add_argument("--out", default=None, help="output folder (default runs/extrapolation/<first path name>; with "
+                        "--tables-from, the CSV's folder)")
     args = parser.parse_args(argv)
     if args.tables_from:
         return _rewrite(Path(args.tables_from), Path(args.out) if args.out else None, args.reference)
