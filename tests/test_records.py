@@ -175,8 +175,9 @@ def test_report_compares_single_runs_side_by_side(tmp_path):
 
 def test_a_linked_record_is_the_job_its_table_would_train():
     """A table may link another table's record instead of retraining it (results/pope_baselines → the batch-256
-    ladder's rung-1 rope and pope; its sweep skips them as recorded): every committed link resolves to a record, and its resolved config is the one
-    the linking table's preset composes for that job, but for the preset's own name and record keys and how it ran."""
+    ladder's rung-1 rope and pope; its sweep skips them as recorded): every committed link resolves to a record, and
+    its resolved config is the one the linking table's preset composes for that job, but for the preset's own name
+    and record keys and how it ran."""
     from omegaconf import OmegaConf
 
     from conftest import ROOT

@@ -404,7 +404,10 @@ def main(argv: list[str] | None = None) -> int:
                         "--tables-from, the CSV's folder)")
     args = parser.parse_args(argv)
     if args.tables_from:
-        return _rewrite(Path(args.tables_from), Path(args.out) if args.out else None, args.reference)
+        rows = _rows_from(Path(args.tables_from))
+        if rows is None:
+            return 2
+        return _write_and_say(rows, Path(args.out) if args.out else Path(args.tables_from).parent, args.reference)
     try:
         require(bool(args.paths), "paths", args.paths, "one or more run or sweep folders (or --tables-from CSV)")
         variants = [Variant.parse(s) for s in args.scaling]
@@ -423,25 +426,26 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for run in runs_found:
         rows += extrapolate_run(run, sorted(set(args.factors)), variants, args.split, args.examples)
-    out = Path(args.out) if args.out else Path("runs/extrapolation") / Path(args.paths[0]).name
-    for path in write(rows, out, args.reference):
+    return _write_and_say(rows, Path(args.out) if args.out else Path("runs/extrapolation") / Path(args.paths[0]).name,
+                          args.reference)
+
+
+def _write_and_say(rows: list[dict], out: Path, references: Sequence[str]) -> int:
+    for path in write(rows, out, references):
         print(f"wrote {path}")
     return 0
 
 
-def _rewrite(csv: Path, out: Path | None, references: Sequence[str]) -> int:
-    """``--tables-from``: the report of an evaluation already run, rebuilt from its CSV (into its folder by default)."""
+def _rows_from(csv: Path) -> list[dict] | None:
+    """``--tables-from``: the rows of an evaluation already run, as ``extrapolate_run`` gave them (None: no such file)."""
     import pandas as pd
 
     if not csv.is_file():
         print(f"error: --tables-from={csv} is not a file: give the extrapolation.csv of an evaluation")
-        return 2
+        return None
     df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
     df["note"] = df["note"].fillna("")
-    rows = df.astype(object).where(df.notna(), None).to_dict("records")
-    for path in write(rows, out or csv.parent, references):
-        print(f"wrote {path}")
-    return 0
+    return df.astype(object).where(df.notna(), None).to_dict("records")
 
 
 if __name__ == "__main__":
