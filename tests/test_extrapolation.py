@@ -213,6 +213,18 @@ def test_tables_are_rebuilt_from_the_csv_alone_with_more_references(tiny_runs, t
     assert out_lines[0].startswith("error: --tables-from=") and out_lines[1].startswith("error: paths=")
 
 
+def test_evaluations_of_different_runs_merge_into_the_table_of_all(tiny_runs, tmp_path):
+    args = ["--factors", "1", "2", "--scaling", "none", "yarn:auto"]
+    assert extrapolate.main([str(tiny_runs), *args, "--out", str(tmp_path / "all")]) == 0
+    for name in ("rope", "learned_abs"):
+        assert extrapolate.main([str(tiny_runs / name), *args, "--out", str(tmp_path / name)]) == 0
+    # learned_abs given twice: the later file's rows replace the earlier ones, nothing is counted twice
+    parts = [str(tmp_path / name / "extrapolation.csv") for name in ("learned_abs", "learned_abs", "rope")]
+    assert extrapolate.main(["--tables-from", *parts, "--out", str(tmp_path / "merged")]) == 0
+    for file in ("extrapolation.csv", "extrapolation.md"):
+        assert (tmp_path / "merged" / file).read_bytes() == (tmp_path / "all" / file).read_bytes()
+
+
 def test_the_fine_tune_preset_starts_from_the_pretraining_job_of_its_scheme_and_seed(tmp_path, monkeypatch):
     from ropelab.core import build, config
 

@@ -397,17 +397,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=None, help="examples per length (default data.val_size)")
     parser.add_argument("--reference", nargs="+", default=["rope"], help="the schemes or variants the others are "
                         "compared with, paired by seed, a table each (default rope; e.g. rope 'rope+yarn×4 (eval)')")
-    parser.add_argument("--tables-from", default=None, metavar="CSV", help="rebuild the tables and the figure from "
-                        "an extrapolation.csv already written (no evaluation; e.g. with other --reference)")
+    parser.add_argument("--tables-from", nargs="+", default=None, metavar="CSV", help="rebuild the tables and the "
+                        "figure from extrapolation.csv files already written (no evaluation; e.g. with other "
+                        "--reference, or merging evaluations of different runs: a later file's row replaces an "
+                        "earlier one of the same run, label and factor)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--out", default=None, help="output folder (default runs/extrapolation/<first path name>; with "
-                        "--tables-from, the CSV's folder)")
+                        "--tables-from, the first CSV's folder)")
     args = parser.parse_args(argv)
     if args.tables_from:
-        rows = _rows_from(Path(args.tables_from))
+        rows = _rows_from([Path(csv) for csv in args.tables_from])
         if rows is None:
             return 2
-        return _write_and_say(rows, Path(args.out) if args.out else Path(args.tables_from).parent, args.reference)
+        return _write_and_say(rows, Path(args.out) if args.out else Path(args.tables_from[0]).parent, args.reference)
     try:
         require(bool(args.paths), "paths", args.paths, "one or more run or sweep folders (or --tables-from CSV)")
         variants = [Variant.parse(s) for s in args.scaling]
@@ -436,17 +438,20 @@ def _write_and_say(rows: list[dict], out: Path, references: Sequence[str]) -> in
     return 0
 
 
-def _rows_from(csv: Path) -> list[dict] | None:
-    """``--tables-from``: the rows of an evaluation already run, as ``extrapolate_run`` gave them (None: no such file)."""
+def _rows_from(csvs: list[Path]) -> list[dict] | None:
+    """``--tables-from``: the rows of evaluations already run, as ``extrapolate_run`` gave them, merged in the order
+    given (a row of the same run, label and factor replaces the earlier one; None: a file is missing)."""
     import pandas as pd
 
-    if not csv.is_file():
-        print(f"error: --tables-from={csv} is not a file: give the extrapolation.csv of an evaluation")
-        return None
-    df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    frames = []
+    for csv in csvs:
+        if not csv.is_file():
+            print(f"error: --tables-from={csv} is not a file: give the extrapolation.csv of an evaluation")
+            return None
+        frames.append(pd.read_csv(csv, keep_default_na=False, na_values=[""]))
+    df = pd.concat(frames, ignore_index=True).drop_duplicates(["run", "label", "factor"], keep="last")
     df["note"] = df["note"].fillna("")
     return df.astype(object).where(df.notna(), None).to_dict("records")
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
