@@ -38,6 +38,9 @@ def plan(*overrides, sweep=True):
     # issue 22: the ladder's rungs are an axis; the baselines' other commands as pope_indirect's
     (["experiment=pope_ladder", "pos=pope", "task.rung=2", "seed=1"], "results/pope_ladder"),
     (["experiment=pope_baselines", "pos=pope", "pos.delta_init=uniform", "seed=0"], "results/pope_baselines"),
+    # issue 25: make extrapolation's YaRN ×4 + ft command (a seed at a time, as a resumed chain gives it)
+    (["experiment=extrapolation_code_lm_ft", "pos=rope", "pos.scaling=yarn", "pos.scaling_factor=4",
+      "pos.original_max_len=128", "seed=1"], "results/extrapolation_code_lm_ft"),
     (["experiment=calibrate_indirect_indexing", "trainer.max_steps=3000", "task.rung=3", "seed=1"],
      "results/calibration/indirect_indexing"),
     (["experiment=momentum_gamma", "task=assoc_recall", "pos.momentum.gamma=0.3", "seed=0"],
