@@ -164,6 +164,20 @@ def test_evaluation_at_1x_reproduces_the_runs_validation_loss(tiny_runs):
     assert list(yarn["scaling_factor"]) == [1.0, 2.0, 4.0]
 
 
+def test_a_fine_tune_counts_factors_from_its_pretraining_and_reproduces_its_own_loss_at_its_length(tiny_runs,
+                                                                                                  tmp_path):
+    """rope fine-tuned at 2× the window (32) from the window-16 run: its 2× is its own validation set."""
+    run = tmp_path / "ft"
+    summary = train_here(*TINY, "task=code_lm", "task.window=32", "task.ood.window=64", "trainer.max_steps=10",
+                         "trainer.val_every=10", "trainer.progress=off", "pos=rope",
+                         f"init_from={tiny_runs / 'rope'}", run_dir=run)
+    assert summary["status"] == "completed"
+    df = pd.DataFrame(extrapolate.extrapolate_run(run, [1.0, 2.0, 4.0], [extrapolate.Variant("yarn", None)]))
+    assert list(df["length"]) == [16, 32, 64] and set(df["label"]) == {"rope +ft"}  # no variants: not plain rope
+    assert df.loc[1, "loss"] == df.loc[1, "val_loss_run"] == summary["final"]["val/loss"]  # exactly
+    assert df.loc[[0, 2], "val_loss_run"].isna().all()
+
+
 def test_a_table_scheme_says_it_has_no_position_past_its_table(tiny_runs, capsys):
     rows = extrapolate.extrapolate_run(tiny_runs / "learned_abs", [1.0, 2.0, 4.0], [extrapolate.Variant("yarn", 2.0)])
     df = pd.DataFrame(rows).set_index("factor")

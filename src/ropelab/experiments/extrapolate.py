@@ -10,7 +10,7 @@ the task at each length: the task's own length knobs (``Task.length_knobs``: cod
 indexing's string length, associative recall's pairs, Dyck-3's prefix length, …) multiplied by the factor and
 rounded. The set is the run's validation set (``--split val``: the run's seed, ``data.val_size`` examples drawn in
 ``data.eval_batch_size`` chunks, as training drew it), so at 1× the loss is the run's own validation loss —
-written beside it (``val_loss_run``). The run's precision (summary.json) is used again: bf16 autocast on the CPU
+written beside it (``val_loss_run``), as it is at a fine-tuned run's own length (4× for one fine-tuned at 4×). The run's precision (summary.json) is used again: bf16 autocast on the CPU
 for a bf16-mixed run.
 
 Factors are relative to the *pretraining* length: a run that fine-tuned from another (``init_from=<run folder>``,
@@ -23,7 +23,7 @@ schemes are evaluated once, as trained. A run trained with a scaling keeps it.
 A length the scheme cannot represent (learned_abs past its table), or that the task refuses (indirect indexing's
 letters are unique: at most 52), is one line on the console and an empty cell with its reason (``note``); nothing
 is clamped. Writes ``extrapolation.csv`` (one row per run × variant × length), ``extrapolation.md`` (per task: loss
-and accuracy, mean ± SD over seeds, per length; the 1× check; the empty cells) and ``extrapolation_<task>.png``
+and accuracy, mean ± SD over seeds, per length; the check at each run's own length; the empty cells) and ``extrapolation_<task>.png``
 (loss against length, a line per scheme / variant, the seeds' min–max band).
 """
 
@@ -204,7 +204,7 @@ def extrapolate_run(run: Path, factors: list[float], variants: list[Variant], sp
     summary = run_summary(run)
     precision = summary.get("precision") or "32-true"
     base_cfg = base_task_config(cfg)
-    own_base = base_cfg is cfg["task"]
+    own_task = {k: v for k, v in cfg["task"].items() if k != "ood"}
     tasks_at: dict[float, Any] = {}
     notes: dict[float, str] = {}
     for f in factors:
@@ -234,8 +234,10 @@ def extrapolate_run(run: Path, factors: list[float], variants: list[Variant], sp
                        length=tasks_at[f].seq_len if f in tasks_at else None, note=notes.get(f, ""),
                        val_loss_run=None, **{m: None for m in METRICS}, examples=None)
             same_set = examples is None or examples == cfg["data"][f"{split}_size"]
-            if f == 1.0 and own_base and same_set and (variant.scaling is None or variant.factor_at(1.0) == 1.0):
-                row["val_loss_run"] = (summary.get("final") or {}).get(f"{split}/loss")  # the same model, set
+            # the length the run itself trained at (1×; a fine-tune's own window): the same model and set
+            if (f in tasks_at and scaled_task_config(base_cfg, f) == own_task and same_set
+                    and (variant.scaling is None or variant.factor_at(f) == 1.0)):
+                row["val_loss_run"] = (summary.get("final") or {}).get(f"{split}/loss")
             if f in tasks_at:
                 task = tasks_at[f]
                 overrides = None
@@ -279,7 +281,8 @@ def _cell(values: list[float], digits: int = 3) -> str:
 
 def tables(rows: list[dict], references: Sequence[str] = ("rope",)) -> str:
     """The Markdown report: per task, loss and accuracy per length (mean ± SD over seeds), the loss change from 1×,
-    each scheme − each of ``references`` paired by seed (95 % t intervals), the 1× check, the empty cells."""
+    each scheme − each of ``references`` paired by seed (95 % t intervals), the check at each run's own length, the
+    empty cells."""
     import pandas as pd
 
     from ropelab.analysis.stats import paired_difference
@@ -301,12 +304,13 @@ def tables(rows: list[dict], references: Sequence[str] = ("rope",)) -> str:
                 cells = [_cell(list(g.loc[g["factor"] == f, metric])) for f in factors]
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
             lines.append("")
-        check = part[(part["factor"] == 1.0) & part["val_loss_run"].notna() & part["loss"].notna()]
+        check = part[part["val_loss_run"].notna() & part["loss"].notna()]
         if len(check):
-            lines += [f"## {task}: 1× against the run's own validation loss", "",
-                      "| scheme | seed | 1× loss here | the run's val/loss | difference |", "|---|---:|---:|---:|---:|"]
+            lines += [f"## {task}: at the run's own training length, against its own validation loss", "",
+                      "| scheme | seed | length | loss here | the run's val/loss | difference |",
+                      "|---|---:|---:|---:|---:|---:|"]
             for r in check.itertuples():
-                lines.append(f"| {r.label} | {r.seed} | {r.loss:.6f} | {r.val_loss_run:.6f} | "
+                lines.append(f"| {r.label} | {r.seed} | {r.factor:g}× | {r.loss:.6f} | {r.val_loss_run:.6f} | "
                              f"{r.loss - r.val_loss_run:+.2e} |")
             lines.append("")
         lines += [f"## {task}: loss at each length − loss at 1× (per run, then mean ± SD)", "",
