@@ -253,7 +253,8 @@ extrapolation: $(STAMP)
 	$(PY) train.py -m experiment=extrapolation_code_lm_ft pos=rope pos.scaling=yarn pos.scaling_factor=4 \
 	  pos.original_max_len=128 $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
 	$(PY) -m ropelab.extrapolate runs/extrapolation_code_lm runs/extrapolation_code_lm_ft $(EXTRAP_EVAL) \
-	  --reference rope 'rope+yarn×4 +ft' 'rope+yarn×auto (eval)' --out results/extrapolation_code_lm/extrapolation || st=1; \
+	  --reference rope 'rope+yarn×4 +ft' 'rope +ft' 'rope+yarn×auto (eval)' \
+	  --out results/extrapolation_code_lm/extrapolation || st=1; \
 	echo "next: git add results/extrapolation_code_lm results/extrapolation_code_lm_ft && git commit -m 'records: extrapolation'"; \
 	exit $$st
 
