@@ -61,6 +61,23 @@ def test_a_missing_record_runs_only_that_job(tmp_path):
     assert runs.recorded(spectral)["status"] == "completed"
 
 
+def test_a_table_that_needs_checkpoints_retrains_a_recorded_job_whose_run_folder_is_gone(tmp_path):
+    """make extrapolation evaluates checkpoints: in a fresh clone (records, no runs/) its jobs train again, once."""
+    record = tmp_path / "results" / "tbl"
+    sweep = [*SWEEP, f"record={record}", "needs_checkpoint=true"]
+    assert run_train(*sweep, cwd=tmp_path).returncode == 0
+    shutil.rmtree(tmp_path / "runs")
+    stamps = sorted((j / "summary.json").stat().st_mtime_ns for j in record.iterdir() if j.is_dir())
+    again = run_train(*sweep, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len(list((tmp_path / "runs").glob("tbl/*/checkpoints/last.ckpt"))) == 2  # trained again
+    renewed = sorted((j / "summary.json").stat().st_mtime_ns for j in record.iterdir() if j.is_dir())
+    assert all(new > old for new, old in zip(renewed, stamps))  # each record replaced by its new run's
+    third = run_train(*sweep, cwd=tmp_path)  # run folders complete with checkpoints: nothing trains
+    assert third.returncode == 0 and "2 skipped" in third.stdout + third.stderr
+    assert sorted((j / "summary.json").stat().st_mtime_ns for j in record.iterdir() if j.is_dir()) == renewed
+
+
 def test_keep_record_replaces_a_record_whole(tmp_path):
     run_dir, record = tmp_path / "run", tmp_path / "rec" / "job"
     run_dir.mkdir()
@@ -193,5 +210,5 @@ def test_a_linked_record_is_the_job_its_table_would_train():
         differ = {k for k in set(wanted) | set(kept) if wanted.get(k) != kept.get(k)}
         # how it ran (threads, progress lines; optim.fused arrived after the ladder: its records trained unfused)
         how = {"trainer.threads", "trainer.progress", "optim.fused"}
-        assert differ <= {"name", "record", "record_also", *how}, f"{link.name}: {sorted(differ)} differ"
+        assert differ <= {"name", "record", "record_also", "needs_checkpoint", *how}, f"{link.name}: {sorted(differ)} differ"
     assert len(links) >= 6

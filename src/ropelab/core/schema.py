@@ -108,6 +108,7 @@ class RootSchema:
     record: str = spec(str, optional=True)
     record_also: list = spec(list)
     rerun: bool = spec(bool)
+    needs_checkpoint: bool = spec(bool)
     retry_failed: bool = spec(bool)
     init_from: str = spec(str, optional=True)
     surgery: str = spec(str, choices=("spectral",), optional=True)

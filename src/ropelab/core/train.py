@@ -171,12 +171,21 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False, record_dir: Path | 
     built = build(cfg)  # checks the config first: a refused run leaves nothing behind
     if record_dir == "config":
         record_dir = record_dir_of(cfg, run_dir)
-    if (kept := runs.recorded(record_dir)) and not cfg.rerun:
+    if (kept := runs.recorded(record_dir)) and not cfg.rerun and not _checkpoint_missing(cfg, run_dir):
         log.info("skipping %s: recorded in %s", run_dir.name, record_dir)
         return {**kept, "record": str(record_dir), "skipped": f"recorded in {record_dir.parent}"}
     accelerator, precision, why = machine.choose(cfg.trainer.accelerator, cfg.trainer.precision)
     with runs.claim(run_dir):  # raises runs.InUse while another process trains in this folder
         return _train(cfg, built, run_dir, sweep, record_dir, accelerator, precision, why, trial)
+
+
+def _checkpoint_missing(cfg: DictConfig, run_dir: Path) -> bool:
+    """A table that reads its jobs' checkpoints (``needs_checkpoint``) has no use for a record alone: the job trains
+    (or resumes, or is skipped as completed) in its run folder unless that folder is complete with its checkpoint."""
+    if not cfg.get("needs_checkpoint"):
+        return False
+    summary = runs.read_summary(run_dir) or {}
+    return not (summary.get("status") == "completed" and (Path(run_dir) / "checkpoints" / "last.ckpt").is_file())
 
 
 def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir: Path | None, accelerator: str,

@@ -17,7 +17,8 @@ from ropelab.analysis.stats import Landmarks, lockin_step, onset_step, train_los
 # config keys that never define a table column: bookkeeping, threads, loggers, evaluation batch size, the optimiser's
 # kernel (optim.fused: the same update up to rounding) and how the per-group accuracy is keyed (task.group_by: it
 # changes no example); precision and machine are listed in "Machines and code" instead
-IGNORED_KEYS = {"seed", "name", "resume", "record", "record_also", "rerun", "retry_failed", "trainer.threads",
+IGNORED_KEYS = {"seed", "name", "resume", "record", "record_also", "rerun", "retry_failed", "needs_checkpoint",
+                "trainer.threads",
                 "trainer.progress",
                 "trainer.compile", "trainer.accelerator", "trainer.devices", "trainer.precision",
                 "data.eval_batch_size", "task.group_by", "optim.fused"}
