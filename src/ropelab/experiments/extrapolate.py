@@ -10,8 +10,8 @@ the task at each length: the task's own length knobs (``Task.length_knobs``: cod
 indexing's string length, associative recall's pairs, Dyck-3's prefix length, …) multiplied by the factor and
 rounded. The set is the run's validation set (``--split val``: the run's seed, ``data.val_size`` examples drawn in
 ``data.eval_batch_size`` chunks, as training drew it), so at 1× the loss is the run's own validation loss —
-written beside it (``val_loss_run``), as it is at a fine-tuned run's own length (4× for one fine-tuned at 4×). The run's precision (summary.json) is used again: bf16 autocast on the CPU
-for a bf16-mixed run.
+written beside it (``val_loss_run``), as it is at a fine-tuned run's own length (4× for one fine-tuned at 4×). The
+run's precision (summary.json) is used again: bf16 autocast on the CPU for a bf16-mixed run.
 
 Factors are relative to the *pretraining* length: a run that fine-tuned from another (``init_from=<run folder>``,
 e.g. at 4× the window) is scaled from that run's task config, so "rope + YaRN + ft" and "rope" share an x-axis.
@@ -23,8 +23,8 @@ schemes are evaluated once, as trained. A run trained with a scaling keeps it.
 A length the scheme cannot represent (learned_abs past its table), or that the task refuses (indirect indexing's
 letters are unique: at most 52), is one line on the console and an empty cell with its reason (``note``); nothing
 is clamped. Writes ``extrapolation.csv`` (one row per run × variant × length), ``extrapolation.md`` (per task: loss
-and accuracy, mean ± SD over seeds, per length; the check at each run's own length; the empty cells) and ``extrapolation_<task>.png``
-(loss against length, a line per scheme / variant, the seeds' min–max band).
+and accuracy, mean ± SD over seeds, per length; the check at each run's own length; the empty cells) and
+``extrapolation_<task>.png`` (loss against length, a line per scheme / variant, the seeds' min–max band).
 """
 
 from __future__ import annotations
@@ -456,6 +456,7 @@ def _rows_from(csvs: list[Path]) -> list[dict] | None:
     df = pd.concat(frames, ignore_index=True).drop_duplicates(["run", "label", "factor"], keep="last")
     df["note"] = df["note"].fillna("")
     return df.astype(object).where(df.notna(), None).to_dict("records")
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -18,9 +18,8 @@ from ropelab.analysis.stats import Landmarks, lockin_step, onset_step, train_los
 # kernel (optim.fused: the same update up to rounding) and how the per-group accuracy is keyed (task.group_by: it
 # changes no example); precision and machine are listed in "Machines and code" instead
 IGNORED_KEYS = {"seed", "name", "resume", "record", "record_also", "rerun", "retry_failed", "needs_checkpoint",
-                "trainer.threads",
-                "trainer.progress",
-                "trainer.compile", "trainer.accelerator", "trainer.devices", "trainer.precision",
+                "trainer.threads", "trainer.progress", "trainer.compile", "trainer.accelerator", "trainer.devices",
+                "trainer.precision",
                 "data.eval_batch_size", "task.group_by", "optim.fused"}
 IGNORED_PREFIXES = ("logger.", "hydra.")
 TASK_ORDER = ["dyck3", "bio_rotation", "mod_arith", "indirect_indexing", "assoc_recall", "variable_tracking",
