@@ -207,9 +207,13 @@ def extrapolate_run(run: Path, factors: list[float], variants: list[Variant], sp
     own_task = {k: v for k, v in cfg["task"].items() if k != "ood"}
     tasks_at: dict[float, Any] = {}
     notes: dict[float, str] = {}
+    own_lengths = set()  # the factors at which the run itself trained (1×; a fine-tune's own window)
     for f in factors:
+        scaled = scaled_task_config(base_cfg, f)
+        if scaled == own_task:
+            own_lengths.add(f)
         try:
-            tasks_at[f] = build_task(scaled_task_config(base_cfg, f))
+            tasks_at[f] = build_task(scaled)
         except ConfigError as err:
             notes[f] = f"task refuses {f:g}×: {err}"
     base_task = tasks_at.get(1.0) or build_task(scaled_task_config(base_cfg, 1.0))
@@ -234,9 +238,8 @@ def extrapolate_run(run: Path, factors: list[float], variants: list[Variant], sp
                        length=tasks_at[f].seq_len if f in tasks_at else None, note=notes.get(f, ""),
                        val_loss_run=None, **{m: None for m in METRICS}, examples=None)
             same_set = examples is None or examples == cfg["data"][f"{split}_size"]
-            # the length the run itself trained at (1×; a fine-tune's own window): the same model and set
-            if (f in tasks_at and scaled_task_config(base_cfg, f) == own_task and same_set
-                    and (variant.scaling is None or variant.factor_at(f) == 1.0)):
+            if (f in own_lengths and f in tasks_at and same_set
+                    and (variant.scaling is None or variant.factor_at(f) == 1.0)):  # the same model and set
                 row["val_loss_run"] = (summary.get("final") or {}).get(f"{split}/loss")
             if f in tasks_at:
                 task = tasks_at[f]
