@@ -225,6 +225,19 @@ def test_tables_are_rebuilt_from_the_csv_alone_with_more_references(tiny_runs, t
     assert extrapolate.main([]) == 2
     out_lines = capsys.readouterr().out.strip().splitlines()
     assert out_lines[0].startswith("error: --tables-from=") and out_lines[1].startswith("error: paths=")
+    # evaluation options would be silently ignored by a rebuild: refused in one line, nothing written
+    assert extrapolate.main(["--tables-from", str(out / "extrapolation.csv"), "--factors", "1", "8", "--scaling",
+                             "yarn:4", "--out", str(tmp_path / "refused")]) == 2
+    assert capsys.readouterr().out.strip() == ("error: --factors, --scaling with --tables-from: it rebuilds tables "
+                                               "from CSVs without evaluating; drop them, or evaluate the runs "
+                                               "without --tables-from")
+    assert not (tmp_path / "refused").exists()
+
+
+def test_a_method_keeps_its_figure_colour_whether_scaled_at_evaluation_or_fine_tuned():
+    assert {extrapolate.method_of(label) for label in ("rope+yarn×4 (eval)", "rope+yarn×4 +ft", "rope+yarn×4")} == {
+        "rope+yarn×4"}
+    assert extrapolate.method_of("pope +ft") == "pope" != extrapolate.method_of("rope +ft")
 
 
 def test_evaluations_of_different_runs_merge_into_the_table_of_all(tiny_runs, tmp_path):

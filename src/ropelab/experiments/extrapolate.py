@@ -348,7 +348,14 @@ def tables(rows: list[dict], references: Sequence[str] = ("rope",)) -> str:
     return "\n".join(lines)
 
 
+def method_of(label: str) -> str:
+    """The method a label names, whether scaled at evaluation or fine-tuned: a figure's colour."""
+    return label.removesuffix(" +ft").removesuffix(" (eval)")
+
+
 def figure(rows: list[dict], task: str, path: Path) -> None:
+    """Loss against length, a line per label with its seeds' min–max band; runs fine-tuned at a longer length get a
+    panel of their own (one crowded panel hid them), and a method keeps its colour in both panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -357,23 +364,29 @@ def figure(rows: list[dict], task: str, path: Path) -> None:
 
     df = pd.DataFrame(rows)
     df = df[(df["task"] == task) & df["loss"].notna()]
-    fig, ax = plt.subplots(figsize=(8.4, 4.6))
-    colours = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors  # 18 distinct
-    for i, (label, g) in enumerate(df.groupby("label", sort=True)):
-        stats = g.groupby("length")["loss"].agg(["mean", "min", "max"]).sort_index()
-        style = dict(linestyle="--" if "(eval)" in label else "-", marker="s" if "+ft" in label else "o")
-        line, = ax.plot(stats.index, stats["mean"], color=colours[i % len(colours)], **style,
-                        label=f"{label} (n={g['seed'].nunique()})")
-        ax.fill_between(stats.index, stats["min"], stats["max"], color=line.get_color(), alpha=0.2)
-    train_lens = sorted(df["train_len"].unique())
-    for t in train_lens:
-        ax.axvline(t, color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("test length (tokens); dotted: training length")
-    ax.set_ylabel("validation loss (nats)")
-    ax.set_title(f"{task}: loss against length\n(line: mean over seeds, band: min–max; dashed: scaled at evaluation; "
-                 "squares: fine-tuned longer)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    methods = sorted({method_of(label) for label in df["label"]})
+    palette = plt.get_cmap("tab10").colors + ("black", "navy")  # Dark2's hues were too close to tab10's to tell apart
+    colour = {m: palette[i % len(palette)] for i, m in enumerate(methods)}
+    fine_tuned = df["label"].str.endswith(" +ft")
+    panels = [(df[~fine_tuned], "trained at one length (dashed: rope scaled at evaluation)")]
+    if fine_tuned.any():
+        panels.append((df[fine_tuned], "then fine-tuned longer (+ft)"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels), 5.6), sharey=True, squeeze=False)
+    for ax, (part, title) in zip(axes[0], panels):
+        for label, g in part.groupby("label", sort=True):
+            stats = g.groupby("length")["loss"].agg(["mean", "min", "max"]).sort_index()
+            style = dict(linestyle="--" if "(eval)" in label else "-", marker="s" if "+ft" in label else "o")
+            ax.plot(stats.index, stats["mean"], color=colour[method_of(label)], **style,
+                    label=f"{label} (n={g['seed'].nunique()})")
+            ax.fill_between(stats.index, stats["min"], stats["max"], color=colour[method_of(label)], alpha=0.2)
+        for t in sorted(df["train_len"].unique()):
+            ax.axvline(t, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("test length (tokens); dotted: training length")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    axes[0][0].set_ylabel("validation loss (nats)")
+    fig.suptitle(f"{task}: loss against length (line: mean over seeds, band: min–max)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -396,11 +409,11 @@ def write(rows: list[dict], out: Path, references: Sequence[str] = ("rope",)) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ropelab.extrapolate", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", help="run folders or sweep folders (runs/<name>)")
-    parser.add_argument("--factors", nargs="+", type=float, default=[1, 2, 4, 8],
+    parser.add_argument("--factors", nargs="+", type=float, default=None,
                         help="length factors of the (pre)training length (default 1 2 4 8)")
-    parser.add_argument("--scaling", nargs="+", default=["none"],
+    parser.add_argument("--scaling", nargs="+", default=None,
                         help="variants for pos=rope runs: none, linear|ntk|yarn:<factor|auto> (default none)")
-    parser.add_argument("--split", default="val", choices=("val", "test"), help="the fixed set (default val)")
+    parser.add_argument("--split", default=None, choices=("val", "test"), help="the fixed set (default val)")
     parser.add_argument("--examples", type=int, default=None, help="examples per length (default data.val_size)")
     parser.add_argument("--reference", nargs="+", default=["rope"], help="the schemes or variants the others are "
                         "compared with, paired by seed, a table each (default rope; e.g. rope 'rope+yarn×4 (eval)')")
@@ -412,13 +425,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="output folder (default runs/extrapolation/<first path name>; with "
                         "--tables-from, the first CSV's folder)")
     args = parser.parse_args(argv)
+    evaluation_only = {"paths": args.paths, "--factors": args.factors, "--scaling": args.scaling,
+                       "--split": args.split, "--examples": args.examples, "--threads": args.threads}
     if args.tables_from:
+        given = [name for name, value in evaluation_only.items() if value]
+        if given:  # they would be silently ignored: the CSVs' rows are what they are
+            print(f"error: {', '.join(given)} with --tables-from: it rebuilds tables from CSVs without evaluating; "
+                  "drop them, or evaluate the runs without --tables-from")
+            return 2
         rows = _rows_from([Path(csv) for csv in args.tables_from])
         if rows is None:
             return 2
         return _write_and_say(rows, Path(args.out) if args.out else Path(args.tables_from[0]).parent, args.reference)
     try:
         require(bool(args.paths), "paths", args.paths, "one or more run or sweep folders (or --tables-from CSV)")
+        args.factors, args.scaling, args.split = args.factors or [1, 2, 4, 8], args.scaling or ["none"], args.split or "val"
         variants = [Variant.parse(s) for s in args.scaling]
         require(all(f > 0 for f in args.factors), "--factors", args.factors, "numbers > 0")
         runs_found, skipped = find_runs(args.paths)
