@@ -152,11 +152,19 @@ def shorter(path: Path) -> Path:
         return Path(path)
 
 
+LAST_CHECKPOINT = Path("checkpoints", "last.ckpt")  # in a run folder: the checkpoint a resume or an evaluation reads
+
+
+def last_checkpoint(run_dir: str | Path) -> Path:
+    """Where the run folder ``run_dir`` keeps its last checkpoint (whether or not it exists yet)."""
+    return Path(run_dir) / LAST_CHECKPOINT
+
+
 def checkpoint_path(path: str | Path) -> Path:
     """A ``train.py`` run folder (its ``checkpoints/last.ckpt``) or a checkpoint file → the file."""
     path = Path(path)
     if path.is_dir():
-        path = path / "checkpoints" / "last.ckpt"
+        path = last_checkpoint(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no checkpoint (expected a run folder with checkpoints/last.ckpt or a .ckpt file)")
     return path

@@ -84,7 +84,7 @@ def _decide(run_dir: Path, cfg: DictConfig, sweep: bool) -> Plan:
         return Plan("skip", "already completed (rerun=true trains it again)")
     if status in ("failed", "diverged") and sweep and not (cfg.retry_failed or cfg.rerun):
         return Plan("skip", f"{status} before (retry_failed=true runs it again)")
-    last = run_dir / "checkpoints" / "last.ckpt"
+    last = runs.last_checkpoint(run_dir)
     fresh = status == "completed" or (status in ("failed", "diverged") and (cfg.retry_failed or cfg.rerun))
     if not fresh and not last.exists() and cfg.get("resume") and not sweep:
         started = summary or (run_dir / "config.yaml").is_file()
@@ -113,7 +113,7 @@ def _checkpoint_step(ckpt: Path) -> int:
 def _last_checkpoint_step(run_dir: Path) -> int | None:
     """The step a resume of ``run_dir`` would start from, or None without a readable checkpoint."""
     try:
-        return _checkpoint_step(run_dir / "checkpoints" / "last.ckpt")
+        return _checkpoint_step(runs.last_checkpoint(run_dir))
     except (ConfigError, FileNotFoundError):
         return None
 
@@ -185,7 +185,7 @@ def _checkpoint_missing(cfg: DictConfig, run_dir: Path) -> bool:
     if not cfg.get("needs_checkpoint"):
         return False
     summary = runs.read_summary(run_dir) or {}
-    return not (summary.get("status") == "completed" and (Path(run_dir) / "checkpoints" / "last.ckpt").is_file())
+    return not (summary.get("status") == "completed" and runs.last_checkpoint(run_dir).is_file())
 
 
 def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir: Path | None, accelerator: str,

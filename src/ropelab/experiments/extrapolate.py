@@ -42,6 +42,7 @@ import yaml
 
 from ropelab.core import positional
 from ropelab.core.errors import ConfigError, require
+from ropelab.core.runs import last_checkpoint
 import tasks
 
 SCALINGS = ("none", "linear", "ntk", "yarn")
@@ -91,7 +92,7 @@ def find_runs(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
             run = config.parent
             if ".hydra" in run.parts:
                 continue
-            if (run / "checkpoints" / "last.ckpt").exists():
+            if last_checkpoint(run).exists():
                 found.append(run)
             else:
                 skipped.append(f"{run}: no checkpoints/last.ckpt (records keep none: evaluate the runs/ folder)")
@@ -173,7 +174,7 @@ def model_for_run(cfg: dict, vocab_size: int, max_len: int, pos_overrides: dict 
 
 
 def load_weights(model, run: Path) -> None:
-    state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    state = torch.load(last_checkpoint(run), map_location="cpu", weights_only=False)["state_dict"]
     model.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from ropelab.analysis.report.momentum import default_ckpt_roots
 from ropelab.analysis.report.write import write_report
 from ropelab.analysis.stats import Landmarks
-from ropelab.core.runs import RUNS_ROOT, shorter
+from ropelab.core.runs import LAST_CHECKPOINT, RUNS_ROOT, shorter
 
 
 def compare_runs(run_dirs: list[Path], out: Path | None) -> Path:
@@ -35,7 +35,7 @@ def refuse_to_lose_attention_maps(sweep_dir: Path) -> None:
     if not (Path(sweep_dir) / "report" / "attention_momentum.png").is_file():
         return
     roots = default_ckpt_roots(sweep_dir)
-    if not any(any(root.glob("*/checkpoints/last.ckpt")) for root in roots):
+    if not any(any(root.glob(f"*/{LAST_CHECKPOINT.as_posix()}")) for root in roots):
         name = Path(sweep_dir).name
         raise SystemExit(f"error: {sweep_dir}/report holds attention maps drawn from the checkpoints under "
                          f"{shorter(roots[0])}/, which are not here: rewriting it would drop them; write elsewhere "

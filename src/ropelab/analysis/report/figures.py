@@ -14,6 +14,7 @@ from ropelab.analysis.report.cells import trace_summary
 from ropelab.analysis.report.records import Run, load_trace, parameter_kind
 from ropelab.analysis.report.sweep import GAMMA, Sweep, ordered, value_label
 from ropelab.analysis.report.tables import markdown_table
+from ropelab.core.runs import last_checkpoint
 
 
 def pyplot():
@@ -146,7 +147,7 @@ def plot_attention(sweep: Sweep, task: str, out: Path, dpi: int, layer: int) -> 
             candidates.setdefault(key, []).append(run)
     maps: dict[tuple[str, str], np.ndarray] = {}
     for key, runs in candidates.items():
-        runs = [r for r in runs if (r.path / "checkpoints" / "last.ckpt").exists()]
+        runs = [r for r in runs if last_checkpoint(r.path).exists()]
         if not runs:
             problems.append(f"{task} {key[0]} γ={key[1]}: no completed run with checkpoints/last.ckpt".replace("  ", " "))
             continue

@@ -24,6 +24,7 @@ from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import Estimate, estimate, paired_difference
 from ropelab.core.cli import REPO
 from ropelab.core.locality import local_mass, run_maps as model_maps, sharpening
+from ropelab.core.runs import last_checkpoint
 
 ATTENTION_GAMMAS = (0.0, 0.5, 2.0)
 
@@ -124,7 +125,7 @@ def verdict_section(table: pd.DataFrame, out: Path, dpi: int, margin: float,
 
 def _checkpoint(run, ckpt_roots: list[Path]) -> Path | None:
     for root in [run.path, *(r / run.rel for r in ckpt_roots)]:
-        path = Path(root) / "checkpoints" / "last.ckpt"
+        path = last_checkpoint(root)
         if path.is_file():
             return path
     return None
