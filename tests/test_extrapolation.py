@@ -7,6 +7,7 @@ checked on tiny runs trained here: at 1× it reproduces the run's own validation
 
 import math
 import sys
+import warnings
 
 import pandas as pd
 import pytest
@@ -176,6 +177,10 @@ def test_a_fine_tune_counts_factors_from_its_pretraining_and_reproduces_its_own_
     assert list(df["length"]) == [16, 32, 64] and set(df["label"]) == {"rope +ft"}  # no variants: not plain rope
     assert df.loc[1, "loss"] == df.loc[1, "val_loss_run"] == summary["final"]["val/loss"]  # exactly
     assert df.loc[[0, 2], "val_loss_run"].isna().all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fine-tune alone gets its panel only, no empty one (matplotlib warned)
+        extrapolate.figure(df.to_dict("records"), "code_lm", tmp_path / "figure.png")
+    assert (tmp_path / "figure.png").stat().st_size > 0
 
 
 def test_a_table_scheme_says_it_has_no_position_past_its_table(tiny_runs, capsys):

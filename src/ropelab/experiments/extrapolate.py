@@ -369,9 +369,9 @@ def figure(rows: list[dict], task: str, path: Path) -> None:
     palette = plt.get_cmap("tab10").colors + ("black", "navy")  # Dark2's hues were too close to tab10's to tell apart
     colour = {m: palette[i % len(palette)] for i, m in enumerate(methods)}
     fine_tuned = df["label"].str.endswith(" +ft")
-    panels = [(df[~fine_tuned], "trained at one length (dashed: rope scaled at evaluation)")]
-    if fine_tuned.any():
-        panels.append((df[fine_tuned], "then fine-tuned longer (+ft)"))
+    panels = [(part, title) for part, title in ((df[~fine_tuned], "trained at one length (dashed: rope scaled at "
+                                                   "evaluation)"), (df[fine_tuned], "then fine-tuned longer (+ft)"))
+              if len(part)]
     fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels), 5.6), sharey=True, squeeze=False)
     for ax, (part, title) in zip(axes[0], panels):
         for label, g in part.groupby("label", sort=True):
