@@ -380,7 +380,7 @@ def figure(rows: list[dict], task: str, path: Path) -> None:
             ax.plot(stats.index, stats["mean"], color=colour[method_of(label)], **style,
                     label=f"{label} (n={g['seed'].nunique()})")
             ax.fill_between(stats.index, stats["min"], stats["max"], color=colour[method_of(label)], alpha=0.2)
-        for t in sorted(df["train_len"].unique()):
+        for t in sorted(part.loc[part["val_loss_run"].notna(), "length"].unique()):  # where these runs trained
             ax.axvline(t, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("test length (tokens); dotted: training length")
