@@ -42,6 +42,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ropelab.core.cli import check_pack
 from ropelab.core.errors import ConfigError
+from ropelab.core.runs import CHECKPOINTS
 
 log = logging.getLogger("ropelab")
 
@@ -143,7 +144,7 @@ def _key(member: Member) -> str:
 
 
 def _checkpoint_file(member: Member, step: int) -> Path:
-    return member.run_dir / "checkpoints" / f"step{step:06d}.ckpt"
+    return member.run_dir / CHECKPOINTS / f"step{step:06d}.ckpt"
 
 
 def packs(members: Sequence[Member], size: int) -> list[list[Member]]:
@@ -322,7 +323,7 @@ def train_pack(members: Sequence[Member]) -> dict[int, dict]:
             m.trace.record(0, m.built.model.pos)
     pack.steps = start_step
     live = dict(enumerate(members))
-    kill, stop = KillAtStep.from_env(), StopOnInterrupt(members[0].run_dir / "checkpoints")
+    kill, stop = KillAtStep.from_env(), StopOnInterrupt(members[0].run_dir / CHECKPOINTS)
     # each member's batches from its own datamodule, as its single run's DataLoader yields them (batch_size=None
     # passes them through): drawn afresh or from its fixed training set (data.train_size)
     streams = [iter(m.built.datamodule.train_batches(start_step)) for m in members]

@@ -152,7 +152,8 @@ def shorter(path: Path) -> Path:
         return Path(path)
 
 
-LAST_CHECKPOINT = Path("checkpoints", "last.ckpt")  # in a run folder: the checkpoint a resume or an evaluation reads
+CHECKPOINTS = "checkpoints"  # in a run folder: where training writes its checkpoints
+LAST_CHECKPOINT = Path(CHECKPOINTS, "last.ckpt")  # the one a resume or an evaluation reads
 
 
 def last_checkpoint(run_dir: str | Path) -> Path:

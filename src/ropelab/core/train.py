@@ -92,7 +92,7 @@ def _decide(run_dir: Path, cfg: DictConfig, sweep: bool) -> Plan:
             "holds no checkpoint (checkpoints/last.ckpt): it stopped before its first validation; leave out "
             "resume= to start afresh" if started else "is not a run folder: nothing to resume"))
     if fresh or not last.exists():
-        for leftover in ("checkpoints", "metrics.csv", runs.TRACE):
+        for leftover in (runs.CHECKPOINTS, "metrics.csv", runs.TRACE):
             path = run_dir / leftover
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         return Plan("fresh")
@@ -215,11 +215,11 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
 
     loggers = [hydra.utils.instantiate(spec, save_dir=str(run_dir)) for spec in (cfg.logger or {}).values() if spec]
     # saved after every validation (Lightning runs checkpoint callbacks last, after the flush and the trace)
-    checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="step{step:06d}", auto_insert_metric_name=False,
+    checkpoint = ModelCheckpoint(dirpath=run_dir / runs.CHECKPOINTS, filename="step{step:06d}", auto_insert_metric_name=False,
                                  save_top_k=1, save_last="link")
     progress = Progress(Progress.choose(cfg.trainer.progress, parallel=_parallel_jobs() > 1),
                         label=run_dir.name if sweep else "")
-    stop_on_interrupt = StopOnInterrupt(run_dir / "checkpoints")
+    stop_on_interrupt = StopOnInterrupt(run_dir / runs.CHECKPOINTS)
     callbacks = [FlushLoggers(), PositionalTrace(run_dir), progress, checkpoint, stop_on_interrupt]
     if kill := KillAtStep.from_env():
         callbacks.append(kill)

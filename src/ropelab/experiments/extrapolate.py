@@ -46,6 +46,7 @@ from ropelab.core.runs import last_checkpoint
 import tasks
 
 SCALINGS = ("none", "linear", "ntk", "yarn")
+FINE_TUNED, AT_EVALUATION = " +ft", " (eval)"  # label suffixes: a fine-tuned run, a rope scaling added at evaluation
 METRICS = ("loss", "acc", "exact")
 
 
@@ -74,7 +75,7 @@ class Variant:
     def label(self) -> str:
         if self.scaling is None:
             return ""
-        return f"+{self.scaling}×{'auto' if self.factor is None else f'{self.factor:g}'} (eval)"
+        return f"+{self.scaling}×{'auto' if self.factor is None else f'{self.factor:g}'}{AT_EVALUATION}"
 
     def factor_at(self, length_factor: float) -> float:
         return max(1.0, float(length_factor)) if self.factor is None else float(self.factor)
@@ -192,7 +193,7 @@ def label_of(cfg: dict) -> str:
     if pos.get("scaling"):
         label += f"+{pos['scaling']}×{float(pos.get('scaling_factor', 1)):g}"
     if cfg.get("init_from"):
-        label += " +ft"
+        label += FINE_TUNED
     return label
 
 
@@ -351,7 +352,7 @@ def tables(rows: list[dict], references: Sequence[str] = ("rope",)) -> str:
 
 def method_of(label: str) -> str:
     """The method a label names, whether scaled at evaluation or fine-tuned: a figure's colour."""
-    return label.removesuffix(" +ft").removesuffix(" (eval)")
+    return label.removesuffix(FINE_TUNED).removesuffix(AT_EVALUATION)
 
 
 def figure(rows: list[dict], task: str, path: Path) -> None:
@@ -368,7 +369,7 @@ def figure(rows: list[dict], task: str, path: Path) -> None:
     methods = sorted({method_of(label) for label in df["label"]})
     palette = plt.get_cmap("tab10").colors + ("black", "navy")  # Dark2's hues were too close to tab10's to tell apart
     colour = {m: palette[i % len(palette)] for i, m in enumerate(methods)}
-    fine_tuned = df["label"].str.endswith(" +ft")
+    fine_tuned = df["label"].str.endswith(FINE_TUNED)
     panels = [(part, title) for part, title in ((df[~fine_tuned], "trained at one length (dashed: rope scaled at "
                                                    "evaluation)"), (df[fine_tuned], "then fine-tuned longer (+ft)"))
               if len(part)]
@@ -376,10 +377,10 @@ def figure(rows: list[dict], task: str, path: Path) -> None:
     for ax, (part, title) in zip(axes[0], panels):
         for label, g in part.groupby("label", sort=True):
             stats = g.groupby("length")["loss"].agg(["mean", "min", "max"]).sort_index()
-            style = dict(linestyle="--" if "(eval)" in label else "-", marker="s" if "+ft" in label else "o")
-            ax.plot(stats.index, stats["mean"], color=colour[method_of(label)], **style,
-                    label=f"{label} (n={g['seed'].nunique()})")
-            ax.fill_between(stats.index, stats["min"], stats["max"], color=colour[method_of(label)], alpha=0.2)
+            style = dict(color=colour[method_of(label)], linestyle="--" if label.endswith(AT_EVALUATION) else "-",
+                         marker="s" if label.endswith(FINE_TUNED) else "o")
+            ax.plot(stats.index, stats["mean"], **style, label=f"{label} (n={g['seed'].nunique()})")
+            ax.fill_between(stats.index, stats["min"], stats["max"], color=style["color"], alpha=0.2)
         for t in sorted(part.loc[part["val_loss_run"].notna(), "length"].unique()):  # where these runs trained
             ax.axvline(t, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
@@ -426,9 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="output folder (default runs/extrapolation/<first path name>; with "
                         "--tables-from, the first CSV's folder)")
     args = parser.parse_args(argv)
-    evaluation_only = {"paths": args.paths, "--factors": args.factors, "--scaling": args.scaling,
-                       "--split": args.split, "--examples": args.examples, "--threads": args.threads}
     if args.tables_from:
+        evaluation_only = {"paths": args.paths, "--factors": args.factors, "--scaling": args.scaling,
+                           "--split": args.split, "--examples": args.examples, "--threads": args.threads}
         given = [name for name, value in evaluation_only.items() if value]
         if given:  # they would be silently ignored: the CSVs' rows are what they are
             print(f"error: {', '.join(given)} with --tables-from: it rebuilds tables from CSVs without evaluating; "
