@@ -100,7 +100,8 @@ def test_the_linear_rule_runs_from_shallow_to_deep():
     assert options.gammas == (2.0, 1.5, 1.0, 0.5)
     model = built({"name": "rope", "momentum": {"per_layer": "linear", "gamma_shallow": 0.0, "gamma_deep": 1.5}})
     assert [b.attn.momentum_gamma for b in model.blocks] == [0.0, 0.5, 1.0, 1.5]
-    assert options_of({"momentum": {"per_layer": "linear", "gamma_shallow": 0.3, "gamma_deep": 0.9}}, 1).gammas == (0.3,)
+    one_layer = {"momentum": {"per_layer": "linear", "gamma_shallow": 0.3, "gamma_deep": 0.9}}
+    assert options_of(one_layer, 1).gammas == (0.3,)
 
 
 # --- normalisation ---------------------------------------------------------------------------------

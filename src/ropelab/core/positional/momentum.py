@@ -116,7 +116,7 @@ def options_of(pos: Mapping[str, Any], n_layers: int, max_steps: int | None = No
     require(isinstance(normalize, bool), f"pos.{KEY}.normalize", normalize, "true or false")
     adaptive = _adaptive_of(block.get("adaptive") or {})
     if adaptive is not None:  # one γ for every layer, from adaptive.init: nothing else may set it
-        why = f"with pos.{KEY}.adaptive.enabled=true (adaptive γ is one γ for every layer, from pos.{KEY}.adaptive.init)"
+        why = f"with pos.{KEY}.adaptive.enabled=true (adaptive γ: one γ for every layer, from pos.{KEY}.adaptive.init)"
         require(rule is None, f"pos.{KEY}.per_layer", rule, f"null {why}")
         require(not any(gammas), f"pos.{KEY}.gamma", gamma, f"0 {why}")
         require(warmup == 0, f"pos.{KEY}.warmup_steps", warmup, f"0 {why}")
