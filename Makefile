@@ -218,6 +218,12 @@ report: $(STAMP)
 	@test -n "$(SWEEP)" || { echo "usage: make report SWEEP=runs/<name> [ARGS='--out DIR']" >&2; exit 2; }
 	$(PY) -m ropelab.report $(SWEEP) $(ARGS)
 
+# Every declared paper claim (conf/claims/) decided from the committed records, and README's claims tables
+# rewritten from them (issue 36): make claims [ARGS=--check].
+.PHONY: claims
+claims: $(STAMP)
+	$(PY) -m ropelab.claims --write-readme $(ARGS)
+
 # Upload the offline W&B runs (logger=wandb without WANDB_MODE) under SWEEP, default runs/:
 # make sync [SWEEP=runs/<name>] [ARGS=--dry-run]. Needs network and `.venv/bin/wandb login` once; W&B skips
 # runs it has uploaded already.

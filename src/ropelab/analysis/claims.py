@@ -37,13 +37,14 @@ import tasks
 
 from ropelab.analysis import verdict as V
 from ropelab.analysis.guess import guess_accuracy
+from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import onset_step, sawtooth, train_loss
 from ropelab.core.config import flatten
 from ropelab.core.errors import ConfigError
 
 FORMS = ("paired", "level", "trend", "composite")
 METRICS = ("val/acc", "val/exact", "val/loss", "test/acc", "test/exact", "test/loss", "ood/acc", "ood/exact",
-           "ood/loss", "attention/local_mass", "attention/local_mass_over_uniform", "onset", "phase/alternation")
+           "ood/loss", "attention/local_mass", "attention/local_mass_over_uniform", "onset", "phase/alternation", "eval/loss", "eval/loss_growth")
 ACCURACIES = {"val/acc", "val/exact", "test/acc", "test/exact", "ood/acc", "ood/exact"}
 CLAIM_KEYS = {"id", "claim", "says", "form", "table", "where", "a", "b", "metric", "direction", "seeds", "learned",
               "floor", "ceiling", "margin", "threshold", "axis", "values", "parts", "name", "equivalent",
@@ -116,7 +117,36 @@ def read_records(results: Path) -> dict[str, list[Record]]:
         table = d.parent.relative_to(results).as_posix()
         tables.setdefault(table, []).append(Record(table, d.name, config, summary, d))
         dirnames[:] = []
+    for csv in sorted(results.glob("*/extrapolation/extrapolation.csv")):
+        table = csv.parent.relative_to(results).as_posix()
+        tables[table] = evaluation_records(csv, table, results)
     return tables
+
+
+def evaluation_records(csv: Path, table: str, results: Path) -> list[Record]:
+    """``ropelab.extrapolate``'s table as records: one per run × variant (``label``) × length ``factor``, its metrics
+    ``eval/loss`` and ``eval/loss_growth`` (the loss minus the same run's at 1×), its machine and commit those of the
+    run's own record (``results/<table>/<run>/summary.json``)."""
+    rows = pd.read_csv(csv)
+    run_configs: dict[Path, dict] = {}
+    at_1x = rows[rows["factor"] == 1.0].set_index(["label", "seed"])["loss"].to_dict()
+    out = []
+    for row in rows.itertuples(index=False):
+        source = Path(row.run)
+        record_dir = results / source.parent.name / source.name
+        summary_path = record_dir / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        base = at_1x.get((row.label, row.seed), math.nan)
+        summary = {**summary, "final": {"eval/loss": float(row.loss), "eval/loss_growth": float(row.loss) - base}}
+        if record_dir not in run_configs:
+            config_path = record_dir / "config.yaml"
+            run_configs[record_dir] = flatten(yaml.safe_load(config_path.read_text())) if config_path.is_file() else {}
+        run = run_configs[record_dir]
+        config = {"task.name": row.task, "pos.name": row.pos, "label": row.label, "seed": int(row.seed),
+                  "factor": float(row.factor), "trainer.max_steps": run.get("trainer.max_steps"),
+                  "data.batch_size": run.get("data.batch_size")}
+        out.append(Record(table, f"{source.name} {row.label} ×{row.factor:g}", config, summary, record_dir))
+    return out
 
 
 def _same(value: Any, wanted: Any) -> bool:
@@ -373,15 +403,108 @@ def decide(claim: Claim, tables: dict[str, list[Record]]) -> Decided:
 
 
 def scale_of(claim: Claim) -> tuple[float, str]:
-    metric = claim.get("metric") if claim.spec.get("form") != "composite" else claim.parts[0].get("metric")
-    return (100.0, " pts") if metric in ACCURACIES else (1.0, "")
+    """(factor, unit) the claim's numbers are written in: accuracies in points, relative drops in %."""
+    leaf = claim if claim.spec.get("form") != "composite" else claim.parts[0]
+    if leaf.get("drop"):
+        return 100.0, " %"
+    return (100.0, " pts") if leaf.get("metric") in ACCURACIES else (1.0, "")
 
 
 def render(decided: Decided) -> str:
     scale, unit = scale_of(decided.claim)
+    if decided.claim.spec.get("form") == "trend":
+        unit = f"{unit} per step of {decided.claim.get('axis').rsplit('.', 1)[-1]}"
     return V.render(decided.verdict, unit, scale)
 
 
 def decide_all(root: Path) -> list[Decided]:
     tables = read_records(root / "results")
     return [decide(c, tables) for c in load_claims(root / "conf" / "claims", tables)]
+
+
+# ----------------------------------------------------------------------------------------------- README
+
+PAPERS = {"Bifocal": "the-bifocal-papers-claims-against-ours", "PoPE": "the-pope-papers-claims-against-ours",
+          "Momentum": "the-momentum-papers-claims-against-ours", "Length": "length-extrapolation-issue-25"}
+COMMAND = "python -m ropelab.claims --write-readme"
+
+
+def tally(decided: list[Decided]) -> str:
+    counts: dict[str, int] = {}
+    for d in decided:
+        counts[d.verdict.word] = counts.get(d.verdict.word, 0) + 1
+    return " · ".join(f"{counts[w]} {w}" for w in V.WORDS if w in counts)
+
+
+def summary_block(decided: list[Decided]) -> str:
+    """README's first screen: the tally, and one row per claim with its verdict word."""
+    rows, last = [], None
+    for d in decided:
+        paper = d.claim.paper
+        label = f"[{paper}](#{PAPERS[paper]})" if paper != last and paper in PAPERS else paper
+        last = paper
+        rows.append({"paper": label, "claim": d.claim.spec["claim"], "verdict": d.verdict.word})
+    table = markdown_table(pd.DataFrame(rows).set_index("paper"), "paper")
+    return (f"**{len(decided)} claims computed from the records by `python -m ropelab.claims` "
+            f"(`conf/claims/`): {tally(decided)}**\n\n{table}")
+
+
+def paper_block(decided: list[Decided], paper: str) -> str:
+    """A paper's section: per claim the paper's statement, the verdict with its numbers, the conditions."""
+    rows = [{"claim (paper)": d.claim.spec["claim"] + (f" — {d.claim.spec['says']}" if d.claim.spec.get("says") else ""),
+             "verdict (computed)": render(d), "conditions (from the records)": d.conditions()}
+            for d in decided if d.claim.paper == paper]
+    return markdown_table(pd.DataFrame(rows).set_index("claim (paper)"), "claim (paper)")
+
+
+def blocks(decided: list[Decided]) -> dict[str, str]:
+    papers = list(dict.fromkeys(d.claim.paper for d in decided))
+    return {"summary": summary_block(decided), **{p.lower(): paper_block(decided, p) for p in papers}}
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return (f"<!-- claims:{name} (generated by `{COMMAND}`; edit conf/claims/, not this table) -->",
+            f"<!-- /claims:{name} -->")
+
+
+def with_blocks(readme: str, generated: dict[str, str]) -> str:
+    """``readme`` with the text between each block's markers replaced by the generated one; a block whose markers
+    are missing is a ConfigError naming it."""
+    for name, text in generated.items():
+        start, end = _markers(name)
+        head, sep, rest = readme.partition(start)
+        _, sep2, tail = rest.partition(end)
+        if not (sep and sep2):
+            raise ConfigError(f"README has no markers for the claims block {name!r}: add the lines {start!r} and {end!r}")
+        readme = f"{head}{start}\n{text}\n{end}{tail}"
+    return readme
+
+
+def lines(decided: list[Decided]) -> list[str]:
+    return [f"{d.claim.paper} | {d.claim.spec['claim']} | {render(d)} | {d.conditions()}" for d in decided]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(description="Every declared paper claim (conf/claims/) decided from the records.")
+    p.add_argument("--root", type=Path, default=Path("."), help="the checkout (conf/claims/, results/, README.md)")
+    p.add_argument("--write-readme", action="store_true", help="rewrite README's generated claims blocks")
+    p.add_argument("--check", action="store_true", help="exit 1 when README's claims blocks differ from the records")
+    args = p.parse_args(argv)
+    try:
+        decided = decide_all(args.root)
+        readme_path = args.root / "README.md"
+        readme = readme_path.read_text()
+        updated = with_blocks(readme, blocks(decided))
+    except ConfigError as err:
+        print(f"error: {err}")
+        return 2
+    print("\n".join(lines(decided)))
+    print(f"\n{len(decided)} claims: {tally(decided)}")
+    if args.write_readme and updated != readme:
+        readme_path.write_text(updated)
+        print(f"wrote {readme_path}")
+    if args.check and updated != readme:
+        print(f"README's claims blocks differ from the records: run `{COMMAND}`")
+        return 1
+    return 0

@@ -228,6 +228,9 @@ def render(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None 
     """The verdict words and numbers in one line, e.g. "no difference detected: −2.5 [−22.4, +17.4], n = 3
     (MDE 31.0)"; ``scale`` multiplies the numbers (100 for accuracies stored as fractions, with unit " pts")."""
     if v.parts:
+        reasons = {part.reason for _, part in v.parts}
+        if v.word == "refused" and len(reasons) == 1 and all(part.word == "refused" for _, part in v.parts):
+            return f"refused (all {len(v.parts)} parts): {reasons.pop()}"
         inner = "; ".join(f"{name}: {render(part, unit, scale, decimals)}" for name, part in v.parts)
         head = {"incomplete": f"incomplete ({v.n} of {v.planned} pairs)", "not run": f"not run (0 of {v.planned})"
                 }.get(v.word, v.word)
