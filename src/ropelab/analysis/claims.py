@@ -418,8 +418,12 @@ def render(decided: Decided) -> str:
 
 
 def decide_all(root: Path) -> list[Decided]:
+    """Every declared claim decided, papers in README's order."""
     tables = read_records(root / "results")
-    return [decide(c, tables) for c in load_claims(root / "conf" / "claims", tables)]
+    claims = load_claims(root / "conf" / "claims", tables)
+    order = list(PAPERS)
+    claims.sort(key=lambda c: order.index(c.paper) if c.paper in order else len(order))
+    return [decide(c, tables) for c in claims]
 
 
 # ----------------------------------------------------------------------------------------------- README
