@@ -44,7 +44,7 @@ from ropelab.core.errors import ConfigError
 
 FORMS = ("paired", "level", "trend", "composite")
 METRICS = ("val/acc", "val/exact", "val/loss", "test/acc", "test/exact", "test/loss", "ood/acc", "ood/exact",
-           "ood/loss", "attention/local_mass", "attention/local_mass_over_uniform", "onset", "phase/alternation", "eval/loss", "eval/loss_growth")
+           "ood/loss", "attention/local_mass", "attention/local_mass_over_uniform", "onset", "phase/alternation", "eval/loss", "eval/loss_growth", "freq/high_share")
 ACCURACIES = {"val/acc", "val/exact", "test/acc", "test/exact", "ood/acc", "ood/exact"}
 CLAIM_KEYS = {"id", "claim", "says", "form", "table", "where", "a", "b", "metric", "direction", "seeds", "learned",
               "floor", "ceiling", "margin", "threshold", "axis", "values", "parts", "name", "equivalent",
@@ -120,7 +120,37 @@ def read_records(results: Path) -> dict[str, list[Record]]:
     for csv in sorted(results.glob("*/extrapolation/extrapolation.csv")):
         table = csv.parent.relative_to(results).as_posix()
         tables[table] = evaluation_records(csv, table, results)
+    for csv in sorted(results.glob("*/freq_usage/freq_usage.csv")):
+        table = csv.parent.relative_to(results).as_posix()
+        tables[table] = freq_usage_records(csv, table, results)
     return tables
+
+
+def _run_record(results: Path, run: str) -> tuple[Path, dict, dict]:
+    """(record folder, its summary, its flat config) of the run an analysis table names (``runs/<table>/<run>``
+    is recorded as ``results/<table>/<run>``); empty where it is not recorded."""
+    source = Path(run)
+    folder = results / source.parent.name / source.name
+    summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
+    config = flatten(yaml.safe_load((folder / "config.yaml").read_text())) if (folder / "config.yaml").is_file() else {}
+    return folder, summary, config
+
+
+def freq_usage_records(csv: Path, table: str, results: Path) -> list[Record]:
+    """``ropelab.freq_usage``'s table as records: one per run × layer × side (q / k), its metric ``freq/high_share``
+    (the share of the heads' mean norm in the highest-frequency third of the channels, ``freq_usage.high_share``)."""
+    from ropelab.analysis.freq_usage import high_share  # imports torch: only when a table has frequency usage
+
+    rows = pd.read_csv(csv)
+    rows = rows[rows["head"].astype(str) == "mean"]
+    out = []
+    for (run, layer, side), group in rows.groupby(["run", "layer", "side"], sort=True):
+        folder, summary, config = _run_record(results, run)
+        share = high_share(group["norm"].to_numpy(float), group["freq"].to_numpy(float))
+        config = {**config, "layer": int(layer), "side": side}
+        out.append(Record(table, f"{Path(run).name} layer {layer} {side}", config,
+                          {**summary, "final": {"freq/high_share": share}}, folder))
+    return out
 
 
 def evaluation_records(csv: Path, table: str, results: Path) -> list[Record]:
@@ -128,20 +158,14 @@ def evaluation_records(csv: Path, table: str, results: Path) -> list[Record]:
     ``eval/loss`` and ``eval/loss_growth`` (the loss minus the same run's at 1×), its machine and commit those of the
     run's own record (``results/<table>/<run>/summary.json``)."""
     rows = pd.read_csv(csv)
-    run_configs: dict[Path, dict] = {}
+    runs = {run: _run_record(results, run) for run in rows["run"].unique()}
     at_1x = rows[rows["factor"] == 1.0].set_index(["label", "seed"])["loss"].to_dict()
     out = []
     for row in rows.itertuples(index=False):
+        record_dir, summary, run = runs[row.run]
         source = Path(row.run)
-        record_dir = results / source.parent.name / source.name
-        summary_path = record_dir / "summary.json"
-        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
         base = at_1x.get((row.label, row.seed), math.nan)
         summary = {**summary, "final": {"eval/loss": float(row.loss), "eval/loss_growth": float(row.loss) - base}}
-        if record_dir not in run_configs:
-            config_path = record_dir / "config.yaml"
-            run_configs[record_dir] = flatten(yaml.safe_load(config_path.read_text())) if config_path.is_file() else {}
-        run = run_configs[record_dir]
         config = {"task.name": row.task, "pos.name": row.pos, "label": row.label, "seed": int(row.seed),
                   "factor": float(row.factor), "trainer.max_steps": run.get("trainer.max_steps"),
                   "data.batch_size": run.get("data.batch_size")}

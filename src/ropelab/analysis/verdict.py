@@ -193,7 +193,7 @@ def composite(parts: Iterable[tuple[str, Verdict]]) -> Verdict:
 
 def _decimals(v: Verdict) -> int:
     spread = [abs(x) for x in ((v.high - v.low) / 2 if v.low is not None else None, v.mde, v.diff)
-              if x is not None and math.isfinite(x) and x > 0]
+              if x is not None and math.isfinite(x) and x != 0]
     if not spread:
         return 1
     return max(1, 1 - math.floor(math.log10(spread[0])))  # two significant digits of the half-width
