@@ -309,13 +309,14 @@ class Decided:
 
     def conditions(self) -> str:
         recs = self.records
+        planned = self.claim.get("seeds") or self.claim.parts[0].get("seeds")
         if not recs:
-            return ""
+            table = self.claim.get("table") or self.claim.parts[0].get("table")
+            return f"results/{table}: no record yet; seeds {_spans(sorted(planned))} planned"
         parts = [", ".join(sorted({f"results/{r.table}" for r in recs})),
                  " / ".join(sorted({r.budget for r in recs})),
                  " / ".join(sorted({r.cpu for r in recs})),
                  "commit " + ", ".join(sorted({r.commit for r in recs}))]
-        planned = self.claim.get("seeds") or self.claim.parts[0].get("seeds")
         run = sorted({r.seed for r in recs})
         parts.append(f"seeds {_spans(run)} ({len(run)} of {len(planned)} planned)")
         return "; ".join(parts + self.flags)
