@@ -465,6 +465,13 @@ def tally(decided: list[Decided]) -> str:
     return " · ".join(f"{counts[w]} {w}" for w in V.WORDS if w in counts)
 
 
+def _table(rows: list[dict], index: str) -> str:
+    """A pipe table whose rule line is not padded either: a row that grows leaves every other line as it was."""
+    lines = markdown_table(pd.DataFrame(rows).set_index(index), index).split("\n")
+    lines[1] = "|" + "---|" * (lines[0].count("|") - 1)
+    return "\n".join(lines)
+
+
 def summary_block(decided: list[Decided]) -> str:
     """README's first screen: the tally, and one row per claim with its verdict word."""
     rows, last = [], None
@@ -473,7 +480,7 @@ def summary_block(decided: list[Decided]) -> str:
         label = f"[{paper}](#{PAPERS[paper]})" if paper != last and paper in PAPERS else paper
         last = paper
         rows.append({"paper": label, "claim": d.claim.spec["claim"], "verdict": d.verdict.word})
-    table = markdown_table(pd.DataFrame(rows).set_index("paper"), "paper")
+    table = _table(rows, "paper")
     return (f"**{len(decided)} claims computed from the records by `python -m ropelab.claims` "
             f"(`conf/claims/`): {tally(decided)}**\n\n{table}")
 
@@ -483,7 +490,7 @@ def paper_block(decided: list[Decided], paper: str) -> str:
     rows = [{"claim (paper)": d.claim.spec["claim"] + (f" — {d.claim.spec['says']}" if d.claim.spec.get("says") else ""),
              "verdict (computed)": render(d), "conditions (from the records)": d.conditions()}
             for d in decided if d.claim.paper == paper]
-    return markdown_table(pd.DataFrame(rows).set_index("claim (paper)"), "claim (paper)")
+    return _table(rows, "claim (paper)")
 
 
 def blocks(decided: list[Decided]) -> dict[str, str]:
