@@ -128,6 +128,8 @@ def test_a_composite_with_a_relative_drop_lists_its_parts(tmp_path):
     ({"direction": 2}, "direction 2 is not one of: 1, -1, 0"),
     ({"where": {"task.nmae": "x"}}, "where key 'task.nmae' is not one of: "),
     ({"rule": "t"}, "key 'rule' is not one of: "),
+    ({"equivalent": {"commits": True}}, "equivalent commits needs the reason they may be pooled"),
+    ({"equivalent": {"machines": "same"}}, "equivalent key 'machines' is not one of: commits, cpus"),
 ])
 def test_a_bad_key_is_one_line_naming_it_and_the_valid_choices(tmp_path, capsys, change, named):
     scheme_pair(tmp_path)

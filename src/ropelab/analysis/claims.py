@@ -279,9 +279,11 @@ def validate(claim: Claim, tables: dict[str, list[Record]]) -> None:
         raise ConfigError(f"{where}: a level claim needs threshold")
     if form == "trend" and not (claim.get("axis") and claim.get("values")):
         raise ConfigError(f"{where}: a trend claim needs axis and values")
-    for key in (claim.get("equivalent") or {}):
+    for key, why in (claim.get("equivalent") or {}).items():
         if key not in EQUIVALENT_KEYS:
             raise _bad(where, "equivalent key", key, sorted(EQUIVALENT_KEYS))
+        if not isinstance(why, str) or not why.strip():
+            raise ConfigError(f"{where}: equivalent {key} needs the reason they may be pooled, as a sentence")
     for cal in claim.get("calibration") or []:
         if cal.get("table") not in tables:
             raise _bad(where, "calibration table", cal.get("table"), sorted(t for t in tables if t.startswith("calibration")))
