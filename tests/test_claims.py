@@ -148,7 +148,7 @@ def test_a_table_planned_by_a_preset_may_be_declared_before_its_runs(tmp_path):
     declare(tmp_path, {**PAIRED, "table": "bifocal_confirm", "seeds": [100, 101]})
     [d] = C.decide_all(tmp_path)
     assert d.verdict.word == "not run" and C.render(d) == "not run (0 of 2)"
-    assert d.conditions() == "results/bifocal_confirm: no record yet; seeds 100–101 planned"
+    assert d.conditions() == "results/bifocal_confirm: no record of these cells yet; seeds 100–101 planned"
 
 
 def test_readme_blocks_are_rewritten_between_their_markers_only(tmp_path):

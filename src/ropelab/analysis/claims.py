@@ -314,7 +314,7 @@ class Decided:
         planned = self.claim.get("seeds") or self.claim.parts[0].get("seeds")
         if not recs:
             table = self.claim.get("table") or self.claim.parts[0].get("table")
-            return f"results/{table}: no record yet; seeds {_spans(sorted(planned))} planned"
+            return f"results/{table}: no record of these cells yet; seeds {_spans(sorted(planned))} planned"
         parts = [", ".join(sorted({f"results/{r.table}" for r in recs})),
                  " / ".join(sorted({r.budget for r in recs})),
                  " / ".join(sorted({r.cpu for r in recs})),
