@@ -12,6 +12,12 @@ before the runs and the level that counts as learned. Forms:
 * ``composite`` — several named ``parts`` (each any form, inheriting the claim's keys): "partly" when they
   disagree.
 
+``direction``: +1 the paper expects A > B, −1 A < B, 0 no difference ("barely changes"). ``drop`` ({axis, from,
+to}) turns each cell into its seeds' relative drop between two settings of an axis. Besides run records
+(``results/<table>/<run>/``), two analysis tables read as records: ``<table>/extrapolation`` (``ropelab.extrapolate``:
+loss per run × variant × length) and ``<table>/freq_usage`` (``ropelab.freq_usage``: high-frequency share per run ×
+layer × side), each carrying its run's machine and commit.
+
 The protocol is enforced here, not remembered: a comparison whose records ran at more than one commit or on more
 than one CPU kind is refused, with the line that says so, unless the claim's ``equivalent`` says why they may be
 pooled; seeds that also ran in a calibration of the same config (``calibration``: table and selection) are flagged;
