@@ -6,13 +6,16 @@ reads the 95 % t interval of the mean difference A − B against the direction t
 
 * no records on either side                        → **not run**
 * fewer pairs than the seeds planned before the runs → **incomplete** (k of n), with the interval so far
-* fewer than two pairs (no interval) or every compared cell within ``margin`` of its floor or ceiling (a task
-  that nothing learns, or everything saturates, cannot rank A and B) → **says nothing**
+* fewer than two pairs (no interval), or both compared cells (their means) within ``margin`` of the floor, or
+  both of the ceiling (a task that nothing learns, or everything saturates, cannot rank A and B) → **says nothing**
 * interval excludes 0 on the paper's side           → **reproduced**
 * interval excludes 0 on the other side             → **opposite**
 * interval includes 0                               → **no difference detected**, with the MDE: the smallest
   |A − B| a paired t test on n pairs of this spread detects with 80 % power at two-sided α = .05
 * a composite of several such parts                 → the parts' common word, or **partly** when they disagree
+
+A paper that expects no difference (direction 0, "barely changes") gets **opposite** when the interval excludes 0
+and **no difference detected** (with its MDE) when it does not.
 
 Beside the mean, where seeds split into learned (≥ ``learned``) and not, the solve rates of A and B with Fisher's
 exact test between them: a mean over a 99 / 98 / 58 / 62 / 98 % split says less than the 3-of-5 beside it.
