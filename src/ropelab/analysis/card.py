@@ -11,6 +11,8 @@ compares nothing.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,7 @@ EXTRAPOLATION = "extrapolation.csv"   # in a code_lm record: loss per factor of 
 REFERENCE = "rope"
 BOOTSTRAP = 2000
 DETECTED_WORDS = ("reproduced", "opposite")  # the rule's words for an interval clear of 0
+NO_DIFFERENCE = "no difference detected"
 
 
 @dataclass
@@ -133,7 +136,12 @@ def wanted_column(records: list[Record], scheme: str, options: dict[str, str]) -
 def floors(record: Record) -> tuple[float, float]:
     """(in distribution, OOD) accuracy floor of the record's task: the guess floor or a named shortcut's level,
     whichever is higher (a model at either has not learned the task)."""
-    saved = read_yaml(record.path / "config.yaml")["task"]
+    return _floors(json.dumps(read_yaml(record.path / "config.yaml")["task"], sort_keys=True))
+
+
+@functools.cache
+def _floors(task_json: str) -> tuple[float, float]:
+    saved = json.loads(task_json)
     out = []
     for ood in (False, True):
         task = tasks.from_config(saved, ood=ood)
@@ -446,7 +454,7 @@ def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, 
     md += ["## Machines and code", "", *(_machines(cards) or ["- no records"]), ""]
     path = out / f"{stem}.md"
     path.write_text("\n".join(md))
-    _numbers(cards).to_csv(out / f"{stem}.csv", index=False, float_format="%.6g")
+    _numbers(cards).to_csv(out / f"{stem}.csv", index=False)
     return path
 
 
