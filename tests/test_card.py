@@ -177,6 +177,21 @@ def test_a_record_of_another_setting_under_a_job_name_is_refused(suite, records)
         card.train_missing(req, records, dry_run=True)
 
 
+def test_a_job_another_table_recorded_with_the_very_same_config_is_linked(suite, records, tmp_path):
+    other = write_record(tmp_path / "results" / "other_table", "mod_arith", "sinusoidal", 200,
+                         {"val/acc": 0.5, "ood/acc": 0.2}, ["trainer.max_steps=1000"])
+    write_record(tmp_path / "results" / "another", "mod_arith", "sinusoidal", 201, {"val/acc": 0.5, "ood/acc": 0.2},
+                 ["trainer.max_steps=400"])  # another budget: not the same job
+    req = card.request("sinusoidal", "mod_arith", "", suite)
+    jobs = card.plan_jobs(req, Path("results/card"))
+    assert [j.state for j in jobs] == ["missing"] * 3
+    card.link_identical(jobs)
+    assert [j.state for j in jobs] == ["linked", "missing", "missing"]
+    link = Path("results/card/mod_arith/pos=sinusoidal,seed=200,task=mod_arith")
+    assert link.is_symlink() and not Path(link.readlink()).is_absolute() and link.resolve() == other.resolve()
+    assert [j.state for j in card.plan_jobs(req, Path("results/card"))] == ["linked", "missing", "missing"]
+
+
 def test_the_plan_block_is_rewritten_and_the_rest_of_the_file_kept(suite):
     head = suite.path.read_text().partition(card_suite.PLAN_MARKER)[0]
     card_suite.write_plan(suite.path, {"mod_arith": {"n": 4, "mde": 9.5}})

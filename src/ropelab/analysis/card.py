@@ -477,7 +477,9 @@ def write_cross_table(suite: Suite, specs: list[TaskSpec], results: Path, out: P
                 row[label] = _mean_sd(vals, 1 if spec.is_accuracy else 3) + _solve(
                     vals, spec.level * scale if spec.level is not None else None)
         best = best_baseline(spec, card.columns, exclude="")
-        if best is not None:
+        if best is not None and best.label == REFERENCE:
+            row["best"] = REFERENCE
+        elif best is not None:
             v = _compare(spec, suite, best.values(spec.metric, scale), card.rope.values(spec.metric, scale),
                          floors(card.rope.records[0])[0] if spec.is_accuracy else None, spec.level)
             row["best"] = f"{best.label}: {render(v, unit=' pts' if spec.is_accuracy else '')} vs rope"

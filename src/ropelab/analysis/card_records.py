@@ -16,10 +16,10 @@ from ropelab.analysis.report.records import find_run_dirs, read_yaml
 from ropelab.analysis.report.sweep import IGNORED_KEYS, IGNORED_PREFIXES
 from ropelab.core.config import compose, flatten
 
-# how a job ran and where it was kept: never part of what it computed (cf. the job-name exclude_keys in
-# conf/config.yaml, but for optim.fused and trainer.compile, which change the numbers)
+# how a job ran and where it was kept, not what it computed: conf/config.yaml's job-name exclude_keys, but for
+# optim.fused (a different run after hundreds of steps, conf/config.yaml)
 HOW_IT_RAN = {"name", "resume", "record", "record_also", "rerun", "retry_failed", "needs_checkpoint",
-              "trainer.threads", "trainer.progress", "trainer.accelerator", "trainer.devices"}
+              "trainer.threads", "trainer.progress", "trainer.compile", "trainer.accelerator", "trainer.devices"}
 HOW_IT_RAN_PREFIXES = ("logger.", "hydra.")
 
 
