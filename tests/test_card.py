@@ -209,7 +209,7 @@ tasks:
     ood: ood/loss
     direction: lower
   code_lm:
-    setting: {{{', '.join(o.replace('=', ': ') for o in TINY)}, trainer.max_steps: 3, trainer.val_every: 2,
+    setting: {{{', '.join(o.replace('=', ': ') for o in TINY)}, trainer.max_steps: 4, trainer.val_every: 2,
               task.window: 16, task.ood.window: 32}}
     metric: val/loss
     direction: lower

@@ -366,10 +366,18 @@ def plan(suite: Suite, write: bool = True, log=print) -> dict:
         log(f"{spec.name}: rope SD {entry['sd']} {unit} over seeds {entry['source_seeds']} of {spec.source}; "
             f"n = {n} detects {entry['mde']} {unit} (n = 3: {entry['mde_at_3']})" +
             (f" — {entry['note']}" if "note" in entry else ""))
+    log(plan_table(suite, out))
     if write:
         card_suite.write_plan(suite.path, out)
         log(f"written: the plan block of {runs.shorter(suite.path)}")
     return out
+
+
+def plan_table(suite: Suite, planned: dict) -> str:
+    rows = [{"task": name, "rope's seed SD (source, seeds)": f"{p['sd']} {p['unit']} ({p['source']}, {p['source_seeds']})",
+             "MDE at n = 3": p["mde_at_3"], "n": p["n"], "MDE at n": p["mde"], "note": p.get("note", "")}
+            for name, p in planned.items()]
+    return markdown_table(pd.DataFrame(rows).set_index("task"), "task")
 
 
 def _rounded(x: float) -> float | None:
