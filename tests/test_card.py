@@ -99,6 +99,12 @@ def test_the_committed_suite_reads_and_every_calibrated_setting_composes():
     assert suite.tasks["code_lm"].extrapolation == (1, 2, 4, 8)
 
 
+def test_the_words_the_card_marks_are_the_rules():
+    from ropelab.analysis.verdict import WORDS
+
+    assert {*card_report.DETECTED_WORDS, card_report.NO_DIFFERENCE} <= set(WORDS)
+
+
 def test_the_card_from_synthetic_records_pairs_by_seed(suite, records, tmp_path):
     out = tmp_path / "cards"
     path = card_report.write_card(suite, suite.select(None), records, "pope", {}, [], records, out)
@@ -153,7 +159,7 @@ def test_momentum_is_an_option_of_any_card(suite, records):
     ("ropex", "", "", "POS='ropex' is not a scheme: choose one of alibi, bifocal"),
     ("rope", "mod_arith,dyck", "", "TASKS: 'dyck' is not a task of the suite"),
     ("alibi", "", "pos.base=500", "ARGS: pos.base is not an option of pos=alibi: its options are pos.heads_fraction, "
-                                  "pos.momentum.gamma"),
+                                  "pos.momentum."),
     ("rope", "", "pos.base=-1", "mod_arith: pos.base=-1 is invalid"),
     ("rope", "", "trainer.max_stepz=5", "ARGS: trainer.max_stepz is not a known key"),
     ("rope", "", "seed=3", "ARGS: seed=3: seed is set by the suite's seeds"),

@@ -37,8 +37,11 @@ import tasks
 EXTRAPOLATION = "extrapolation.csv"   # in a code_lm record: loss per factor of the window (ropelab.card)
 REFERENCE = "rope"
 BOOTSTRAP = 2000
-DETECTED_WORDS = ("reproduced", "opposite")  # the rule's words for an interval clear of 0
+# the rule's words (ropelab.analysis.verdict.WORDS) for an interval clear of 0, and for one that includes it
+DETECTED_WORDS = ("reproduced", "opposite")
 NO_DIFFERENCE = "no difference detected"
+# a card asks whether the scheme is better than the baseline: +1 (A > B) where the metric is higher-better
+SIGN = {"higher": 1, "lower": -1}
 
 
 @dataclass
@@ -173,7 +176,7 @@ def _compare(spec: TaskSpec, suite: Suite, a: dict, b: dict, floor: float | None
              direction: str | None = None):
     scale, _ = _scale(spec)
     acc = spec.is_accuracy
-    return paired(a, b, direction=direction or spec.direction, planned=len(suite.seeds_for(spec.name)),
+    return paired(a, b, direction=SIGN[direction or spec.direction], planned=len(suite.seeds_for(spec.name)),
                   floor=floor * scale if acc and floor is not None else None,
                   ceiling=suite.ceiling * scale if acc else None,
                   margin=suite.margin * scale if acc else 0.0,
@@ -435,8 +438,11 @@ def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, 
           + ("" if full else f" Tasks: {', '.join(s.name for s in specs)} only (TASKS restricts the suite)."), ""]
     if trial:
         md += [f"**Trial** ({' '.join(trial)}): not the suite's setting — compared with nothing.", ""]
-    md += ["Verdicts: the project's one rule (`ropelab.analysis.verdict`), paired by seed; accuracies in points, "
-           "losses in nats. A task whose rope baseline sits at its floor or ceiling says nothing.", "",
+    md += ["Verdicts: the project's one rule (`ropelab.analysis.verdict`), A − B paired by seed, asking whether A "
+           f"({label}) is better than B: **reproduced** = better, **opposite** = worse, no difference detected with "
+           "the smallest difference n detects (MDE), says nothing where both sides sit at the floor or the ceiling "
+           "(accuracy floor: the guess or a shortcut's level, whichever is higher). Accuracies in points, losses in "
+           "nats (lower is better).", "",
            "## Per task", "",
            markdown_table(pd.DataFrame([r for c in cards for r in task_rows(c, label)]).set_index("task"), "task"), ""]
     matrix = difference_matrix(suite, cards)

@@ -353,10 +353,10 @@ def plan(suite: Suite, write: bool = True, log=print) -> dict:
         sd = float(pd.Series(values).std(ddof=1)) * scale if len(values) > 1 else math.nan
         useful = suite.useful.get(unit)
         ladder = range(len(suite.seeds), max(suite.max_seeds, len(suite.seeds)) + 1)
-        fits = [n for n in ladder if useful is not None and mde(math.sqrt(2) * sd, n) <= useful]
+        fits = [n for n in ladder if useful is not None and mde(n, math.sqrt(2) * sd) <= useful]
         n = fits[0] if fits else (ladder[-1] if useful is not None and math.isfinite(sd) else len(suite.seeds))
-        entry = {"n": n, "mde": _rounded(mde(math.sqrt(2) * sd, n)), "unit": unit, "useful": useful,
-                 "mde_at_3": _rounded(mde(math.sqrt(2) * sd, 3)), "sd": _rounded(sd),
+        entry = {"n": n, "mde": _rounded(mde(n, math.sqrt(2) * sd)), "unit": unit, "useful": useful,
+                 "mde_at_3": _rounded(mde(3, math.sqrt(2) * sd)), "sd": _rounded(sd),
                  "paired_sd": _rounded(math.sqrt(2) * sd), "source": spec.source,
                  "source_seeds": sorted(r.seed for r in source)}
         if not fits:
