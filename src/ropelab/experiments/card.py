@@ -418,14 +418,20 @@ def cost(suite: Suite, log=print) -> pd.DataFrame:
     table["source"] = source
     table["seeds"] = [len(suite.seeds_for(t)) for t in table["task"]]
     table["job_s"] = table["wall_s"] * table["seeds"]
-    total = table["job_s"].sum() / 3600
-    card = table.groupby("task", sort=False)["job_s"].mean().sum() / 3600
+    fewest = len(suite.seeds)
+    hours = {"planned": (table["job_s"].sum() / 3600,
+                         table.groupby("task", sort=False)["job_s"].mean().sum() / 3600),
+             f"{fewest} seeds each": (table["wall_s"].sum() * fewest / 3600,
+                                      table.groupby("task", sort=False)["wall_s"].mean().sum() * fewest / 3600)}
+    per_card = (table.groupby("task", sort=False)["job_s"].mean() / 3600).round(2)
     seeds = ", ".join(f"{t} {len(suite.seeds_for(t))}" for t in table["task"].unique())
     lines = [markdown_table(table.assign(wall_s=table["wall_s"].round(0), job_s=table["job_s"].round(0))
-                            .set_index("task"), "task"), "",
-             f"baseline table ({len(schemes)} schemes × {table['task'].nunique()} tasks; seeds: {seeds}): "
-             f"{total:.1f} CPU-hours (one thread per job)",
-             f"one card (the same tasks and seeds, the mean scheme): {card:.1f} CPU-hours",
+                            .set_index("task"), "task"), ""]
+    for which, (whole, one) in hours.items():
+        lines.append(f"{which}: baseline table ({len(schemes)} schemes × {table['task'].nunique()} tasks) "
+                     f"{whole:.1f} CPU-hours; one card (the mean scheme) {one:.1f} CPU-hours")
+    lines += [f"planned seeds: {seeds}; one card by task (CPU-hours): "
+              + ", ".join(f"{t} {h:g}" for t, h in per_card.items()),
              "source: summary.json wall_seconds of committed records of the same setting (any seed); two one-thread "
              "jobs at a time on the 2-core machine that made them"]
     log("\n".join(lines))
