@@ -125,6 +125,18 @@ def test_the_card_from_synthetic_records_pairs_by_seed(suite, records, tmp_path)
     assert list(ranks["scheme"]) == ["pope", "rope", "alibi"] and list(ranks["mean rank"]) == [1.0, 2.0, 3.0]
 
 
+def test_a_card_says_when_its_records_ran_at_more_than_one_commit(suite, records, tmp_path):
+    out = tmp_path / "c"
+    assert "code versions" not in card_report.write_card(suite, suite.select(None), records, "pope", {}, [], records,
+                                                         out).read_text()
+    summary = records / "code_lm" / "pos=pope,seed=200,task=code_lm" / "summary.json"
+    saved = json.loads(summary.read_text())
+    saved["machine"]["commit"] = "def5678"
+    summary.write_text(json.dumps(saved))
+    text = card_report.write_card(suite, suite.select(None), records, "pope", {}, [], records, out).read_text()
+    assert "Compared records ran at 2 code versions (abc1234, def5678)" in text
+
+
 def test_tasks_restrict_the_suite_and_the_card(suite, records, tmp_path, capsys):
     req = card.request("pope", "code_lm", "", suite)
     assert [s.name for s in req.specs] == ["code_lm"]

@@ -410,6 +410,25 @@ def ranking(suite: Suite, cards: list[TaskCard], extra: Column | None = None, se
 
 # ----------------------------------------------------------------------------------------------- writing
 
+def _spread(cards: list[TaskCard]) -> str:
+    """One line when the compared records ran at more than one commit or on more than one CPU kind: a card is
+    trained after its baselines by design, so it is said, not refused (the configs are checked key by key)."""
+    commits, cpus = set(), set()
+    for card in cards:
+        if card.refusal:
+            continue
+        for col in [card.mine, card.rope]:
+            for r in col.records:
+                machine = r.summary.get("machine") or {}
+                commits.add(str(machine.get("commit") or "unknown")[:7])
+                cpus.add(str((machine.get("cpu") or {}).get("model") or "unknown"))
+    parts = [f"{len(commits)} code versions ({', '.join(sorted(commits))})" if len(commits) > 1 else "",
+             f"{len(cpus)} CPU kinds ({', '.join(sorted(cpus))})" if len(cpus) > 1 else ""]
+    said = " and ".join(p for p in parts if p)
+    return f"Compared records ran at {said}: the configs are equal key by key, the code and machine are not." if said \
+        else ""
+
+
 def _machines(cards: list[TaskCard]) -> list[str]:
     seen, counted = {}, set()
     for card in cards:
@@ -436,6 +455,8 @@ def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, 
           f"Suite: `{_rel(suite.path)}` (seeds from {suite.seeds[0]}, n per task as planned); baselines: `{_rel(results)}`"
           + (f"; this scheme's records: `{_rel(trial_records)}`" if trial else "") + "."
           + ("" if full else f" Tasks: {', '.join(s.name for s in specs)} only (TASKS restricts the suite)."), ""]
+    if spread := _spread(cards):
+        md += [spread, ""]
     if trial:
         md += [f"**Trial** ({' '.join(trial)}): not the suite's setting — compared with nothing.", ""]
     md += ["Verdicts: the project's one rule (`ropelab.analysis.verdict`), A − B paired by seed, asking whether A "
