@@ -137,6 +137,22 @@ def test_a_card_says_when_its_records_ran_at_more_than_one_commit(suite, records
     assert "Compared records ran at 2 code versions (abc1234, def5678)" in text
 
 
+def test_a_card_of_a_recorded_scheme_trains_nothing_and_reads_its_records(suite, records, capsys):
+    assert card.score(card.request("rope", "", "", suite), records) == 0
+    said = capsys.readouterr().out
+    assert "mod_arith: 3/3 recorded" in said and "code_lm: 3/3 recorded" in said and "train.py" not in said
+    numbers = pd.read_csv(records / "cards" / "pos=rope" / "card.csv")
+    assert (numbers[numbers["against"] == "rope"]["diff"] == 0).all()
+
+
+def test_the_cross_table_names_the_best_scheme_per_task(suite, records, tmp_path):
+    text = card_report.write_cross_table(suite, suite.select(None), records, tmp_path / "report").read_text()
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    assert "pope: reproduced" in rows["mod_arith"] and "pope: reproduced" in rows["code_lm"]
+    assert "53.0 ± 3.0 (n=3), solved 0/3" in rows["mod_arith"]
+    assert (tmp_path / "report" / "heatmap.png").is_file()
+
+
 def test_tasks_restrict_the_suite_and_the_card(suite, records, tmp_path, capsys):
     req = card.request("pope", "code_lm", "", suite)
     assert [s.name for s in req.specs] == ["code_lm"]
