@@ -345,16 +345,17 @@ def heat_map(matrix: pd.DataFrame, suite: Suite, out: Path, title: str) -> Path 
                 continue
             oriented[i, j] = sign * v.diff / span
             text[i][j] = f"{v.diff:+.{1 if spec.is_accuracy else 3}f}{'*' if is_detected(v) else ''}"
-    fig, ax = plt.subplots(figsize=(1.3 * len(tasks_) + 2.5, 0.45 * len(schemes) + 1.8))
+    fig, ax = plt.subplots(figsize=(max(1.3 * len(tasks_) + 2.5, 6.5), 0.45 * len(schemes) + 1.8))
     ax.set_facecolor("0.85")
     ax.imshow(np.ma.masked_invalid(oriented), cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
     for i in range(len(schemes)):
         for j in range(len(tasks_)):
-            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7)
+            dark = math.isfinite(oriented[i, j]) and abs(oriented[i, j]) > 0.6
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7, color="white" if dark else "black")
     ax.set_xticks(range(len(tasks_)), [f"{t}\n({'pts' if suite.tasks[t].is_accuracy else suite.tasks[t].metric})"
                                        for t in tasks_], fontsize=7)
     ax.set_yticks(range(len(schemes)), schemes, fontsize=7)
-    ax.set_title(title, fontsize=9)
+    fig.suptitle(title, fontsize=8)
     fig.tight_layout()
     path = out / "heatmap.png"
     fig.savefig(path, dpi=120)
@@ -467,14 +468,16 @@ def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, 
            "## Per task", "",
            markdown_table(pd.DataFrame([r for c in cards for r in task_rows(c, label)]).set_index("task"), "task"), ""]
     matrix = difference_matrix(suite, cards)
-    figure = heat_map(matrix, suite, out, f"difference from rope ({label}; * detected by the rule)")
+    figure = heat_map(matrix, suite, out, f"scheme − rope, paired by seed (card: {label})\nblue better, red worse, "
+                                          "* a difference the rule detects, grey: nothing compared")
     if figure is not None:
         md += ["## Every scheme × task: difference from rope", "", f"![heat map]({figure.name})", "",
                markdown_table(matrix.map(lambda v: render(v) if _has(v) else "–").rename_axis("scheme"), "scheme"), ""]
     ranks = ranking(suite, cards)
     if not ranks.empty:
         md += ["## Ranking", "", "Mean rank over the compared tasks (1 = best in distribution); 95 % bootstrap "
-               f"interval over seeds ({BOOTSTRAP} draws, seeds resampled per task, the same for every scheme).", "",
+               f"interval over seeds ({BOOTSTRAP} draws, seeds resampled per task, the same for every scheme); a scheme "
+               "without records on every compared task is left out.", "",
                markdown_table(ranks.assign(**{"mean rank": ranks["mean rank"].round(2),
                                               "P(ranked first)": ranks["P(ranked first)"].round(2)})
                               .set_index("scheme"), "scheme"), ""]
@@ -515,7 +518,8 @@ def write_cross_table(suite: Suite, specs: list[TaskSpec], results: Path, out: P
           f"Suite `{_rel(suite.path)}`, records `{_rel(results)}`, seeds from {suite.seeds[0]} (n per task as planned).", "",
           markdown_table(pd.DataFrame(rows).set_index("task").fillna("–"), "task"), ""]
     matrix = difference_matrix(suite, cards)
-    figure = heat_map(matrix, suite, out, "difference from rope (* detected by the rule)")
+    figure = heat_map(matrix, suite, out, "scheme − rope, paired by seed\nblue better, red worse, * a difference "
+                                          "the rule detects, grey: nothing compared")
     if figure is not None:
         md += [f"![heat map]({figure.name})", ""]
     ranks = ranking(suite, cards)
