@@ -314,3 +314,27 @@ extrapolation-demo: $(STAMP)
 	  $(PY) train.py task=dyck3 pos=$$p seed=0 trainer.threads=1 hydra.run.dir=$(DEMO)_dyck3/$${p}_s0 $(ARGS) || exit 1; \
 	done; \
 	$(PY) -m ropelab.extrapolate $(DEMO)_dyck3 --factors 1 2 4 --out $(DEMO)_dyck3/extrapolation
+
+# The benchmark card (issue 37; README "Benchmark card"; src/ropelab/experiments/card.py): one scheme on every task of
+# conf/card/suite.yaml against the baselines, verdict per task. make card POS=<scheme> [TASKS=a,b]
+# [ARGS="pos.<option>=…"] checks POS, TASKS and ARGS first, trains only that scheme's missing jobs into
+# results/card/<task>/ (ARGS beyond pos.* and how jobs run: a trial, into runs/card_trial/), then writes
+# results/card/cards/<pos=…>/card.md. card-baselines: every scheme of conf/pos/ (the table a card compares with),
+# then results/card/report/cross_table.md. card-plan: the suite's plan block (n, MDE) from the calibration records;
+# card-cost: CPU-hours of the table and of one card from recorded wall times. E.g. make card POS=rope
+# ARGS="pos.momentum.gamma=0.5" LAUNCHER=joblib (add trainer.threads=1 to ARGS on these 2 cores)
+.PHONY: card card-baselines card-plan card-cost
+POS   ?=
+TASKS ?=
+card: $(STAMP)
+	@test -n "$(POS)" || { echo "usage: make card POS=<scheme> [TASKS=a,b] [ARGS=\"pos.<option>=…\"] (schemes: $$(ls conf/pos | sed 's/\.yaml$$//' | tr '\n' ' '))" >&2; exit 2; }
+	$(PY) -m ropelab.card score $(POS) --tasks "$(TASKS)" --args "$(ARGS) $(SWEEP_LAUNCHER)"
+
+card-baselines: $(STAMP)
+	$(PY) -m ropelab.card baselines --tasks "$(TASKS)" --args "$(ARGS) $(SWEEP_LAUNCHER)"
+
+card-plan: $(STAMP)
+	$(PY) -m ropelab.card plan
+
+card-cost: $(STAMP)
+	$(PY) -m ropelab.card cost
