@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ropelab.core import identity  # noqa: F401,E402  (registers ${ropelab_job_name_excludes:}, which conf/config.yaml names)
+
 REPO = Path(__file__).resolve().parents[3]  # the checkout: src/ropelab/core/cli.py
 CONF_DIR = REPO / "conf"
 
