@@ -42,6 +42,15 @@ $(MUTATE_STAMP): pyproject.toml $(STAMP)
 mutate: $(MUTATE_STAMP)
 	$(PY) tools/mutate.py $(ARGS)
 
+# Retrain JOBS of a committed table's records (default 3, the fastest-trained; JOBS=all) from their own config.yaml
+# into runs/reproduce/ and compare: bit-identical metrics.csv on the CPU kind that made them, else within the table's
+# seed spread (README, "Records"); nothing under results/ changes. E.g. make reproduce TABLE=bifocal_table1 JOBS=1
+.PHONY: reproduce
+TABLE ?=
+JOBS  ?= 3
+reproduce: $(STAMP)
+	$(PY) -m ropelab.reproduce $(TABLE) --jobs $(JOBS) $(ARGS)
+
 # ---- sweeps and reports (README, "Sweeps and reports"). LAUNCHER=joblib runs jobs in parallel on this
 # machine, LAUNCHER=slurm submits them to SLURM, LAUNCHER=packed trains same-shape jobs (seeds, γ, learning
 # rates) together in one process (on a GPU; on these CPUs it pays only on mod_arith, docs/speed.md); ARGS adds
