@@ -148,3 +148,21 @@ def test_no_committed_file_under_results_holds_an_absolute_path():
             found.append(f"{name}: {match.group(0)}")
     assert not found, f"absolute paths (python tools/portable_records.py rewrites them): {found[:5]}"
     assert not re.search(r"/work/|/home/", "".join(found))
+
+
+def test_grad_norm_logged_before_it_was_the_clippings_is_set_aside_only_for_records_of_then(table, tmp_path, capsys):
+    """Before c6b9119 train/grad_norm was logged from another reduction of the norm the clipping used: a record of
+    then differs in that column only, by rounding; the same difference in a later record is a difference."""
+    record = table / "pos=rope,seed=0"
+    metrics = record / "metrics.csv"
+    rows = [line.split(",") for line in metrics.read_text().splitlines()]
+    col = rows[0].index("train/grad_norm")
+    rows[2][col] = repr(float(rows[2][col]) * (1 + 1e-7))
+    metrics.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    assert reproduce.main([str(table), "--out", str(tmp_path / "scratch")]) == 1
+    assert "first differs at step 1, train/grad_norm" in capsys.readouterr().out
+    summary = json.loads((record / "summary.json").read_text())
+    summary["machine"]["commit"] = "b7253535a148ff721170e70264764a2ba2bcefb5"  # a commit of before c6b9119
+    (record / "summary.json").write_text(json.dumps(summary))
+    assert reproduce.main([str(table), "--out", str(tmp_path / "scratch")]) == 0
+    assert "bit-identical (metrics.csv, 6 steps; train/grad_norm aside: 1 rows differ" in capsys.readouterr().out

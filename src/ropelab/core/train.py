@@ -548,10 +548,64 @@ def one_job(cfg: DictConfig, packed: dict[str, Any] | None = None) -> float | No
     return summary.get("final", {}).get("val/loss")
 
 
+INSPECTING = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+              "--resolve", "-p", "--package")
+
+
+def sweep_jobs(argv: list[str]) -> list[list[str]]:
+    """The overrides of every job ``python train.py -m <argv>`` launches, as Hydra's basic sweeper makes them: the
+    preset's ``hydra.sweeper.params``, then the command line (a later value for a key replacing an earlier one),
+    the product."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ropelab.core.cli import override_values
+    from ropelab.core.config import compose_with_hydra
+
+    given = [a for a in argv if "=" in a and not a.startswith("-")]
+    parser = OverridesParser.create()
+    plain = [o.input_line for o in parser.parse_overrides(given) if not o.is_sweep_override()]
+    params = OmegaConf.select(compose_with_hydra(plain), "hydra.sweeper.params") or {}
+    axes: dict[str, list[str]] = {}
+    for o in parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *given]):
+        key = o.get_key_element()
+        axes[key] = ([f"{key}={v}" for v in override_values(o)] if o.is_sweep_override()
+                     else [f"{key}={o.get_value_element_as_str()}"])
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
+def check_sweep(argv: list[str]) -> None:
+    """``-m``: every job's config is checked (``ropelab.core.build.check_config``) before the first one trains, so
+    one bad value in a sweep is one line and nothing trains (exit 2). Jobs that differ in the seed alone are
+    checked once. A sweep Hydra's basic sweeper does not make (another ``hydra/sweeper``) is left to its jobs."""
+    from ropelab.core.build import check_config
+    from ropelab.core.config import compose
+
+    if any(a.split("=", 1)[0] in ("hydra/sweeper", "hydra.sweeper") for a in argv):
+        return
+    checked: set[tuple[str, ...]] = set()
+    for job in sweep_jobs(argv):
+        key = tuple(o for o in job if not o.startswith("seed="))
+        if key in checked:
+            continue
+        checked.add(key)
+        try:
+            check_config(compose([o for o in job if not o.startswith("hydra")]))
+        except ConfigError as err:
+            shown = " ".join(o for o in job if not o.startswith(("hydra", "experiment=")))
+            print(f"error: [{shown}] {err}\nnothing trained: every job of a sweep is checked before the first one "
+                  f"trains", file=sys.stderr)
+            sys.exit(2)
+
+
 def entry() -> None:
     """``python train.py``: Hydra's main, and Ctrl-C outside a run's training (or ending a sweep) as one summary
-    and the exit code 130 instead of a traceback."""
+    and the exit code 130 instead of a traceback. A sweep's jobs are all checked first (``check_sweep``)."""
+    argv = sys.argv[1:]
     try:
+        if ("-m" in argv or "--multirun" in argv) and not any(a in INSPECTING for a in argv):
+            check_sweep(argv)
         main()
     except KeyboardInterrupt:
         lines = sweep_summary.interrupted_lines(resume_command())

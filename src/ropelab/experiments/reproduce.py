@@ -120,20 +120,47 @@ def metrics_rows(path: Path) -> list[list[str]]:
     return [[row[i] if i < len(row) else "" for i in keep] for row in rows]
 
 
-def first_difference(recorded: Path, retrained: Path) -> str:
-    """"" if the two metrics.csv are bit-identical (wall time aside), else where they first differ."""
+# Until this commit the logged train/grad_norm was a norm of the per-tensor norms, another rounding of the norm the
+# clipping used (clip_grad_norm_'s, then and now: the weights are the same); since, the clipping's own norm is logged
+GRAD_NORM_LOGGED_AS_CLIPPED = "c6b9119"
+RELOGGED = "train/grad_norm"
+
+
+def _predates(commit: str | None, change: str) -> bool:
+    """The record's ``commit`` is from before ``change`` (git knows both and ``change`` is no ancestor of it)."""
+    import subprocess
+
+    if not commit:
+        return False
+    try:
+        known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=REPO, capture_output=True)
+        after = subprocess.run(["git", "merge-base", "--is-ancestor", change, commit], cwd=REPO, capture_output=True)
+    except OSError:
+        return False
+    return known.returncode == 0 and after.returncode == 1
+
+
+def first_difference(recorded: Path, retrained: Path, commit: str | None = None) -> tuple[str, str]:
+    """("", note) if the two metrics.csv are bit-identical (wall time aside; for a record from before
+    ``GRAD_NORM_LOGGED_AS_CLIPPED``, train/grad_norm aside within float rounding, said in ``note``), else
+    (where they first differ, "")."""
     a, b = metrics_rows(recorded), metrics_rows(retrained)
     if a == b:
-        return ""
-    if not a or not b or a[0] != b[0]:
-        return f"columns differ ({len(a[0]) if a else 0} recorded, {len(b[0]) if b else 0} retrained)"
+        return "", ""
+    if not a or not b or a[0] != b[0] or len(a) != len(b):
+        return (f"columns or rows differ ({len(a[0]) if a else 0} × {len(a)} recorded, "
+                f"{len(b[0]) if b else 0} × {len(b)} retrained)"), ""
     header, step = a[0], a[0].index("step") if "step" in a[0] else None
-    for ra, rb in zip(a[1:], b[1:]):
-        if ra != rb:
-            col = next(i for i, (x, y) in enumerate(zip(ra, rb)) if x != y)
-            at = f"step {ra[step]}" if step is not None else "a row"
-            return f"first differs at {at}, {header[col]}: recorded {ra[col]}, retrained {rb[col]}"
-    return f"{len(a) - 1} rows recorded, {len(b) - 1} retrained"
+    differing = [(n, i) for n, (ra, rb) in enumerate(zip(a[1:], b[1:])) for i, (x, y) in enumerate(zip(ra, rb)) if x != y]
+    relogged = header.index(RELOGGED) if RELOGGED in header else None
+    if relogged is not None and all(i == relogged for _, i in differing) and _predates(commit, GRAD_NORM_LOGGED_AS_CLIPPED):
+        rel = max(abs(float(a[n + 1][i]) - float(b[n + 1][i])) / max(abs(float(a[n + 1][i])), 1e-30) for n, i in differing)
+        if rel <= 1e-6:
+            return "", (f"{RELOGGED} aside: {len({n for n, _ in differing})} rows differ by ≤ {rel:.1e} relative, "
+                        f"logged before {GRAD_NORM_LOGGED_AS_CLIPPED} from another reduction of the norm the clipping used")
+    n, col = differing[0]
+    at = f"step {a[n + 1][step]}" if step is not None else "a row"
+    return f"first differs at {at}, {header[col]}: recorded {a[n + 1][col]}, retrained {b[n + 1][col]}", ""
 
 
 def cell_key(saved: dict) -> tuple:
@@ -182,9 +209,11 @@ def reproduce_one(record: Path, table: Path, out: Path) -> tuple[str, str]:
     if retrained.get("status") != "completed":
         return "failed", f"{record.name}: retrained run {retrained.get('status')} ({retrained.get('error', '')}) in {where}"
     if kind_matches:
-        diff = first_difference(record / "metrics.csv", scratch / "metrics.csv")
+        diff, note = first_difference(record / "metrics.csv", scratch / "metrics.csv",
+                                      (summary.get("machine") or {}).get("commit"))
         if not diff:
-            return "bit-identical", f"{record.name}: bit-identical (metrics.csv, {retrained.get('steps')} steps; {where})"
+            return "bit-identical", (f"{record.name}: bit-identical (metrics.csv, {retrained.get('steps')} steps"
+                                     f"{'; ' + note if note else ''}; {where})")
         return "differs", f"{record.name}: NOT bit-identical on the CPU kind that made it: {diff} ({where})"
     spread = seed_spread(record, table)
     final = retrained.get("final") or {}
