@@ -107,10 +107,11 @@ def table(folder: Path, leave_out: Iterable[str] = ()) -> Counter:
 def show(identity: Mapping[str, Any] | tuple, keys: Iterable[str] = COMPUTE) -> str:
     """``optim.fused=false trainer.threads=1`` for the ``keys`` of an identity (a dict or ``table``'s key)."""
     values = dict(identity)
-    return " ".join(f"{k}={_word(values.get(k))}" for k in keys)
+    return " ".join(f"{k}={word(values.get(k))}" for k in keys)
 
 
-def _word(value: Any) -> str:
+def word(value: Any) -> str:
+    """A value as the command line writes it: true, false, null, 1, bf16-mixed."""
     return {True: "true", False: "false", None: "null"}.get(value, str(value)) if not isinstance(value, (int, float)) \
         or isinstance(value, bool) else str(value)
 

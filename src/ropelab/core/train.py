@@ -124,10 +124,14 @@ def settings_differ(cfg: DictConfig, run_dir: Path, summary: dict | None = None)
     was, now = flatten(resolved(record_config(saved))), flatten(resolved(cfg))
     keys = [k for k in sorted(was.keys() | now.keys()) if not identity.bookkeeping(k) and k not in identity.COMPUTE
             and was.get(k) != now.get(k)]
+    # another task or scheme has other options: its name says it, not each of them
+    renamed = [k.rsplit(".", 1)[0] for k in ("task.name", "pos.name") if k in keys]
+    keys = [k for k in keys if k in ("task.name", "pos.name") or not k.startswith(tuple(f"{s}." for s in renamed))
+            or k.startswith("pos.momentum.")]
     changes = [f"{k}: {was.get(k)!r} → {now.get(k)!r}" for k in keys]
     if summary:  # the settings as they resolved: auto here may not be what auto was where the run trained
         ran, will = identity.of_record(summary, saved), expected_identity(cfg)
-        changes += [f"{k}: {identity.show({k: ran.get(k)})[len(k) + 1:]} → {identity.show({k: will.get(k)})[len(k) + 1:]}"
+        changes += [f"{k}: {identity.word(ran.get(k))} → {identity.word(will.get(k))}"
                     for k in identity.differing(ran, will)]
     return changes
 
