@@ -42,6 +42,8 @@ def _quiet_harmless_warnings() -> None:
     # conf/hydra/launcher/joblib.yaml shadows the joblib plugin's config of the same name on purpose (README,
     # "Launchers"): Hydra warns about it once per composed config
     warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/joblib' is validated against ConfigStore schema")
+    # a resume trains on in its own checkpoints/ folder: that it exists and holds checkpoints is the point
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     # lightning's own _pytree builds a LeafSpec, which torch deprecates: nothing ropelab can change
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
@@ -314,11 +316,14 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
     summary["identity"] = expected_identity(cfg)  # close_run writes the fused kernel as the optimiser chose it
     runs.write_summary(run_dir, summary)
     start = time.time()
+    final: dict[str, float] = {}  # what the fit and each evaluation left (validate and test reset callback_metrics)
     try:
         with stop_on_interrupt.armed():
             trainer.fit(lit, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
-        final = {k: float(v) for k, v in trainer.callback_metrics.items()}  # validate and test reset them
-        if trainer.global_step % cfg.trainer.val_every:  # make the final metrics those of the final weights
+        final.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        # a resume of a run stopped in its final evaluation trains no step: its last training metrics are on disk
+        final = {**last_logged(run_dir / "metrics.csv", "train/"), **final}
+        if trainer.global_step % cfg.trainer.val_every or "val/loss" not in final:  # those of the final weights
             trainer.validate(lit, datamodule=datamodule, verbose=False)
             final.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         trainer.test(lit, datamodule=datamodule, verbose=False)
@@ -328,11 +333,26 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
         summary.update(diverged(err))
     except (Interrupted, KeyboardInterrupt, SystemExit) as err:  # Lightning turns a KeyboardInterrupt into exit(1)
         summary.update(status="interrupted", checkpoint_step=err.step if isinstance(err, Interrupted) else
-                       _last_checkpoint_step(run_dir), final={k: float(v) for k, v in trainer.callback_metrics.items()})
+                       _last_checkpoint_step(run_dir),
+                       final={**{k: float(v) for k, v in trainer.callback_metrics.items()}, **final})
     except Exception as err:  # recorded, so a sweep can go on and the report can show it
         summary.update(status="failed", error=f"{type(err).__name__}: {err}")
         log.exception("run failed")
     return close_run(run_dir, summary, loggers, record_dir, trainer.global_step, time.time() - start, lit.fused)
+
+
+def last_logged(metrics_csv: Path, prefix: str) -> dict[str, float]:
+    """The last value metrics.csv holds of each column named ``prefix…`` (``train/loss`` at the final step)."""
+    import csv
+
+    last: dict[str, float] = {}
+    try:
+        with open(metrics_csv, newline="") as f:
+            for row in csv.DictReader(f):
+                last.update({k: float(v) for k, v in row.items() if k and k.startswith(prefix) and v not in ("", None)})
+    except OSError:
+        pass
+    return last
 
 
 def config_text(cfg: DictConfig) -> str:
@@ -510,7 +530,7 @@ def one_job(cfg: DictConfig, packed: dict[str, Any] | None = None) -> float | No
         summary = packed if packed is not None else _plan_and_run(cfg, hc, run_dir, sweep)
     except ConfigError as err:  # refused before training: no folder left behind
         runs.remove_if_unstarted(run_dir)
-        print(f"error: {f'[{job}] ' if sweep else ''}{err}", file=sys.stderr)
+        print(f"error: {f'[{job}] ' if sweep else ''}{as_typed(str(err), list(hc.overrides.task))}", file=sys.stderr)
         if not sweep:
             sys.exit(2)
         return outcome("failed", str(err))
@@ -601,6 +621,20 @@ def check_sweep(argv: list[str]) -> None:
             print(f"error: [{shown}] {err}\nnothing trained: every job of a sweep is checked before the first one "
                   f"trains", file=sys.stderr)
             sys.exit(2)
+
+
+def as_typed(message: str, overrides: list[str]) -> str:
+    """A ConfigError's ``key=value`` with the value as the command line wrote it (``trainer.max_steps=1e3``, which
+    YAML reads as 1000.0), so the line names what the user typed."""
+    key, sep, rest = message.partition("=")
+    if not sep or " " in key:
+        return message
+    for override in overrides:
+        typed_key, _, typed = override.partition("=")
+        if typed_key.lstrip("+~") == key and not rest.startswith(f"{typed} ") and " " not in typed:
+            value = rest.split(" ", 1)[0]
+            return f"{key}={typed}{rest[len(value):]}" if value.strip("'\"") != typed else message
+    return message
 
 
 def entry() -> None:
