@@ -608,8 +608,12 @@ def check_sweep(argv: list[str]) -> None:
 
     if any(a.split("=", 1)[0] in ("hydra/sweeper", "hydra.sweeper") for a in argv):
         return
+    try:
+        jobs = sweep_jobs(argv)
+    except Exception:  # what Hydra itself refuses on this command line, it reports as it launches
+        return
     checked: set[tuple[str, ...]] = set()
-    for job in sweep_jobs(argv):
+    for job in jobs:
         key = tuple(o for o in job if not o.startswith("seed="))
         if key in checked:
             continue
@@ -618,9 +622,11 @@ def check_sweep(argv: list[str]) -> None:
             check_config(compose([o for o in job if not o.startswith("hydra")]))
         except ConfigError as err:
             shown = " ".join(o for o in job if not o.startswith(("hydra", "experiment=")))
-            print(f"error: [{shown}] {err}\nnothing trained: every job of a sweep is checked before the first one "
-                  f"trains", file=sys.stderr)
+            print(f"error: [{shown}] {as_typed(str(err), job)}\nnothing trained: every job of a sweep is checked "
+                  f"before the first one trains", file=sys.stderr)
             sys.exit(2)
+        except Exception:  # not a config mistake of ours (a Hydra composition error): Hydra reports it per job
+            continue
 
 
 def as_typed(message: str, overrides: list[str]) -> str:
