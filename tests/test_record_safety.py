@@ -3,6 +3,7 @@ resume (or a skip) with other settings is one line with the run's files untouche
 trains nothing."""
 
 import json
+import sys
 
 import pytest
 
@@ -92,3 +93,16 @@ def test_a_sweep_with_one_bad_value_trains_nothing(tmp_path):
     assert "pos.base=-5 is invalid" in result.stderr and "nothing trained" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_resume_into_a_record_is_refused_before_hydra_writes_there(monkeypatch, capsys):
+    from ropelab.core import train
+
+    record = ROOT / "results" / "bifocal_table1" / "pos=rope,seed=0,task=mod_arith"
+    before = files(record)
+    monkeypatch.setattr(sys, "argv", ["train.py", f"resume='{record.relative_to(ROOT)}'", "rerun=true"])
+    with pytest.raises(SystemExit) as stop:
+        train.entry()
+    assert stop.value.code == 2
+    assert "a folder under results/ holds a record, never trained in" in capsys.readouterr().err
+    assert files(record) == before and not (record / ".hydra").exists()

@@ -647,6 +647,12 @@ def entry() -> None:
     """``python train.py``: Hydra's main, and Ctrl-C outside a run's training (or ending a sweep) as one summary
     and the exit code 130 instead of a traceback. A sweep's jobs are all checked first (``check_sweep``)."""
     argv = sys.argv[1:]
+    for arg in argv:  # before Hydra, which would write .hydra/ and train.log into the folder it names
+        key, _, value = arg.partition("=")
+        if key in ("resume", "hydra.run.dir") and value and runs.inside_results(value.strip("'\"")):
+            print(f"error: {arg}: a folder under results/ holds a record, never trained in (python -m ropelab.reproduce "
+                  f"retrains a record into a scratch folder)", file=sys.stderr)
+            sys.exit(2)
     try:
         if ("-m" in argv or "--multirun" in argv) and not any(a in INSPECTING for a in argv):
             check_sweep(argv)
