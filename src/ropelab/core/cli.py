@@ -13,7 +13,8 @@ import difflib
 import sys
 from pathlib import Path
 
-from ropelab.core import identity  # noqa: F401,E402  (registers ${ropelab_job_name_excludes:}, which conf/config.yaml names)
+# registers ${ropelab_job_name_excludes:}, which conf/config.yaml names
+from ropelab.core import identity  # noqa: F401,E402
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout: src/ropelab/core/cli.py
 CONF_DIR = REPO / "conf"

@@ -132,16 +132,17 @@ def describe(counts: Counter) -> str:
     return "mixed: " + "; ".join(f"{n} × {show(k, keys)}" for k, n in counts.most_common())
 
 
-def trial_reason(expected: Mapping[str, Any], folder: Path, job: str) -> str:
+def trial_reason(expected: Mapping[str, Any], folder: Path, job: str, counts: Counter | None = None) -> str:
     """Why a job with identity ``expected`` is a trial in the table ``folder`` ("" if it is not): its identity is
-    none of the table's records' (its own earlier record, ``job``, aside)."""
-    counts = table(folder, leave_out=(job,))
+    none of the table's records' (its own earlier record, ``job``, aside; ``counts``: ``table``'s, if read)."""
+    counts = table(folder, leave_out=(job,)) if counts is None else counts
     if not counts or _key(expected) in counts:
         return ""
     nearest = min(counts, key=lambda k: len(differing(expected, dict(k))))
     keys = differing(expected, dict(nearest))
-    return (f"{show(expected, keys)} differs from {folder}'s records ({describe(counts) if len(counts) > 1 else show(nearest, keys)}):"
-            f" what it computes is not the table's; a trial, not recorded (set {show(nearest, keys)} to add to the table)")
+    theirs = describe(counts) if len(counts) > 1 else show(nearest, keys)
+    return (f"{show(expected, keys)} differs from {folder}'s records ({theirs}): what it computes is not the "
+            f"table's; a trial, not recorded (set {show(nearest, keys)} to add to the table)")
 
 
 def _register() -> None:

@@ -166,8 +166,8 @@ def check_section(values: dict, schema: type, prefix: str) -> None:
     for key in values:
         if key not in known:
             close = difflib.get_close_matches(key, list(known), n=1)
-            raise ConfigError(f"{prefix}{key} is not a known key{f' (did you mean {prefix}{close[0]}?)' if close else ''}"
-                              f": valid keys are {', '.join(known)}")
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            raise ConfigError(f"{prefix}{key} is not a known key{hint}: valid keys are {', '.join(known)}")
     for key, meta in known.items():
         if key not in values:
             raise ConfigError(f"{prefix}{key} is missing: expected {_describe(meta)}")

@@ -208,8 +208,8 @@ def record_plan(cfg: DictConfig, hc: DictConfig, run_dir: Path, sweep: bool) -> 
     if runs.recorded(record_dir) and cfg.rerun:
         return None, (f"rerun=true of a job recorded in {record_dir}: trained in {runs.shorter(run_dir)}, the record "
                       f"left as it is (compare them with python -m ropelab.reproduce)")
-    if identity.table(record_dir.parent, leave_out=(record_dir.name,)) and \
-            (why := identity.trial_reason(expected_identity(cfg), record_dir.parent, record_dir.name)):
+    counts = identity.table(record_dir.parent, leave_out=(record_dir.name,))
+    if counts and (why := identity.trial_reason(expected_identity(cfg), record_dir.parent, record_dir.name, counts)):
         return None, why
     return record_dir, ""
 
