@@ -43,7 +43,8 @@ def text_files(root: Path):
         if path.is_symlink() or not path.is_file() or any(p.is_symlink() for p in path.parents):
             continue
         try:
-            yield path, path.read_text(encoding="utf-8")
+            with open(path, encoding="utf-8", newline="") as f:  # line endings as they are: only paths change
+                yield path, f.read()
         except UnicodeDecodeError:  # figures, traces (.npz): no text to rewrite
             continue
 
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.check:
                 print(f"{path}: {ABSOLUTE.search(text).group(0)}")
             else:
-                path.write_text(new, encoding="utf-8")
+                with open(path, "w", encoding="utf-8", newline="") as f:
+                    f.write(new)
     verb = "hold" if args.check else "rewritten:"
     print(f"{changed} file{'s' if changed != 1 else ''} under {args.root} {verb} absolute paths" if args.check else
           f"{changed} file{'s' if changed != 1 else ''} under {args.root} {verb} absolute paths made checkout-relative")
