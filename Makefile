@@ -28,7 +28,8 @@ test-all: $(STAMP) $(VENV)/hf/.installed
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
 
-# Mutation testing of the core math (README "Testing"; tools/mutate.py, [tool.mutmut] in pyproject.toml): mutmut
+# Mutation testing of the core math (README "ropelab", its Mutation testing paragraph; tools/mutate.py, [tool.mutmut]
+# in pyproject.toml): mutmut
 # on a scratch copy of HEAD in build/mutate/, each mutant against the fast tests of its module; writes
 # results/mutation/{README.md,summary.json} (commit them). Slow (hours on 2 shared cores), kept out of CI, resumable:
 # run it again and only unchecked mutants run. ARGS="--max-children 2", "--only 'ropelab.core.positional.*'",
@@ -41,6 +42,16 @@ $(MUTATE_STAMP): pyproject.toml $(STAMP)
 
 mutate: $(MUTATE_STAMP)
 	$(PY) tools/mutate.py $(ARGS)
+
+# Retrain JOBS of a committed table's records (default 3, the fastest-trained; JOBS=all) from their own config.yaml
+# into runs/reproduce/ and compare: bit-identical metrics.csv on the CPU kind that made them, else within the table's
+# seed spread (README, "Sweeps and reports"); nothing under results/ changes. E.g. make reproduce TABLE=bifocal_table1
+# JOBS=1
+.PHONY: reproduce
+TABLE ?=
+JOBS  ?= 3
+reproduce: $(STAMP)
+	$(PY) -m ropelab.reproduce $(TABLE) --jobs $(JOBS) $(ARGS)
 
 # ---- sweeps and reports (README, "Sweeps and reports"). LAUNCHER=joblib runs jobs in parallel on this
 # machine, LAUNCHER=slurm submits them to SLURM, LAUNCHER=packed trains same-shape jobs (seeds, γ, learning
