@@ -99,10 +99,10 @@ def identical(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def job_name_excludes() -> list[str]:
-    """conf/config.yaml's ``hydra.job.config.override_dirname.exclude_keys``: the keys left out of job folder names."""
-    from ropelab.core.cli import CONF_DIR
+    """The keys left out of job folder names (``ropelab.core.identity``, the one list)."""
+    from ropelab.core import identity
 
-    return list(read_yaml(CONF_DIR / "config.yaml")["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"])
+    return identity.job_name_excludes()
 
 
 def setting_key(config: dict[str, Any]) -> str:
