@@ -122,6 +122,15 @@ def null_shares(omega: np.ndarray, distances: np.ndarray, weights: np.ndarray, d
     return np.array([resonance_share(s, distances, weights, threshold) for s in random_spectra(omega, draws, rng)])
 
 
+def finite_mean(values: np.ndarray, axis=None):
+    """Mean over the finite values (NaN where there are none, without numpy's empty-slice warning)."""
+    values = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(values)
+    count = finite.sum(axis=axis)
+    total = np.where(finite, values, 0.0).sum(axis=axis)
+    return np.divide(total, count, out=np.full_like(total, np.nan, dtype=np.float64), where=count > 0)
+
+
 def one_sided_p(observed: float, null: np.ndarray) -> float:
     null = null[np.isfinite(null)]
     return float((1 + (null >= observed).sum()) / (1 + len(null)))
@@ -173,13 +182,13 @@ def analyse_run(run: Run, sweep: str, draws: int, threshold: float = THRESHOLD) 
     return {"cell": cell_label(run, sweep), "run": str(run.path), "seed": seed, "steps": int(trace["steps"][-1]),
             "pairs": int(omega[-1].size), "distance_min": float(distances.min()), "distance_max": float(distances.max()),
             "share_init": resonance_share(omega[0], distances, weights, threshold), "share_final": final,
-            "null_mean": float(np.nanmean(null)), "p_vs_null": one_sided_p(final, null),
+            "null_mean": float(finite_mean(null)), "p_vs_null": one_sided_p(final, null),
             "omega_drift": float(np.median(np.abs(omega[-1] / omega[0] - 1))), "_null": null}
 
 
 def pooled_p(rows: list[dict[str, Any]]) -> float:
     """The seeds' mean final share against the mean over seeds of null draw i, for every i."""
-    null_means = np.nanmean(np.stack([r["_null"] for r in rows]), axis=0)
+    null_means = finite_mean(np.stack([r["_null"] for r in rows]), axis=0)
     return one_sided_p(float(np.mean([r["share_final"] for r in rows])), null_means)
 
 
