@@ -189,6 +189,31 @@ momentum-calibrated: $(STAMP)
 	$(PY) -m ropelab.momentum_report results/momentum_calibrated --out results/momentum_calibrated/report || st=1; \
 	exit $$st
 
+# issue 38: momentum's options (γ per layer, warm-up, adaptive, normalised) against constant γ on the four momentum
+# tasks, seeds 300–302 (conf/experiment/momentum_options_*.yaml list the variants), and the rotary base table on a
+# long and a local task (rope_base, rope_base_local); each command skips what is recorded
+.PHONY: momentum-options rope-base
+MOMENTUM_OPTION_VARIANTS = "" \
+  "pos.momentum.gamma=1.0,2.0 pos.momentum.warmup_steps=100" \
+  "pos.momentum.gamma=0 pos.momentum.per_layer=linear pos.momentum.gamma_shallow=2.0 pos.momentum.gamma_deep=0" \
+  "pos.momentum.gamma=0 pos.momentum.per_layer=linear pos.momentum.gamma_shallow=0 pos.momentum.gamma_deep=2.0" \
+  "pos.momentum.gamma=0 pos.momentum.adaptive.enabled=true" \
+  "pos.momentum.gamma=1.0,2.0 pos.momentum.normalize=true"
+momentum-options: $(STAMP)
+	@st=0; \
+	for p in $$(ls conf/experiment | sed -n 's/^\(momentum_options_.*\)\.yaml$$/\1/p'); do \
+	  for v in $(MOMENTUM_OPTION_VARIANTS); do \
+	    $(PY) train.py -m experiment=$$p $$v $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	  done; \
+	done; \
+	exit $$st
+
+rope-base: $(STAMP)
+	@st=0; \
+	$(PY) train.py -m experiment=rope_base $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	$(PY) train.py -m experiment=rope_base_local $(SWEEP_LAUNCHER) $(ARGS) || st=1; \
+	exit $$st
+
 report: $(STAMP)
 	@test -n "$(SWEEP)" || { echo "usage: make report SWEEP=runs/<name> [ARGS='--out DIR']" >&2; exit 2; }
 	$(PY) -m ropelab.report $(SWEEP) $(ARGS)

@@ -47,7 +47,7 @@ def test_members_with_their_own_momentum_gamma_take_their_single_runs_steps(tmp_
         metrics = pd.read_csv(tmp_path / str(i) / "metrics.csv").dropna(subset=["train/loss"]).sort_values("step")
         singles.append(torch.tensor(metrics["train/loss"].to_numpy(), dtype=torch.float64))
     pack = Pack([compose(COMMON + ["pos=rope", *member]) for member in members])
-    assert torch.equal(pack.gammas, torch.tensor([0.0, 0.7]))
+    assert torch.equal(pack.gammas, torch.tensor([[0.0, 0.0], [0.7, 0.7]]))  # per member and layer
     packed = [pack.step() for _ in range(STEPS)]
     for k, single in enumerate(singles):
         torch.testing.assert_close(torch.tensor([losses[k] for losses in packed], dtype=torch.float64), single,

@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import tasks
 from conftest import HANG_GUARD_S, ROOT, TINY, run_train, wandb_records
@@ -25,7 +26,9 @@ from ropelab.core.model import LlamaConfig, build_model
 
 CONF = ROOT / "conf"
 CALIBRATIONS = sorted(p.stem for p in (CONF / "experiment").glob("calibrate_*.yaml"))  # budget grids, not tables
-PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in CALIBRATIONS)
+CONFIRMATIONS = sorted(p.stem for p in (CONF / "experiment").glob("confirm_*.yaml"))  # fresh seeds of a table
+PRESETS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")
+                 if p.stem not in CALIBRATIONS and p.stem not in CONFIRMATIONS)
 EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call for
     "bifocal_table1": {"task": {"dyck3", "bio_rotation", "mod_arith"}, "pos": {"rope", "spectral", "bifocal"}},
     "bifocal_calibrated_mod_arith": {"task": {"mod_arith"}, "pos": {"rope", "spectral", "bifocal"}},
@@ -52,8 +55,14 @@ EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call 
         "pos.momentum.gamma": {"0", "2.0"}},
     "momentum_calibrated_variable_tracking": {"task": {"variable_tracking"}, "pos": {"rope"},
                                               "pos.momentum.gamma": {"0", "0.1", "0.3", "1.0", "2.0"}},
-    "rope_base": {"task": {"bio_rotation", "indirect_indexing"}, "pos": {"rope", "spectral"},
+    # issue 38: the momentum options' table (its other variants are further commands into the same sweep) and the
+    # base table at calibrated settings, a long task and a local one
+    **{f"momentum_options_{task}": {"task": {task}, "pos": {"rope"}, "pos.momentum.gamma": {"0", "1.0", "2.0"}}
+       for task in ("assoc_recall", "variable_tracking", "global_counting", "mean_pooling")},
+    "rope_base": {"task": {"bio_rotation"}, "pos": {"rope", "spectral"},
                   "pos.base": {"1000", "5000", "10000", "50000", "100000"}},
+    "rope_base_local": {"task": {"assoc_recall"}, "pos": {"rope", "spectral"},
+                        "pos.base": {"1000", "5000", "10000", "50000", "100000"}},
     "cross_table": {"task": set(tasks.names()), "pos": set(positional.names())},  # all there are
     "bio_phase": {"task.noise": {"lower", "same"}, "pos": {"rope", "spectral"}},
     # PoPE's Figure 2 on code: every scheme; rope + PI / NTK / YaRN are evaluation variants of the rope runs
@@ -62,6 +71,10 @@ EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call 
     "extrapolation_code_lm_ft": {"task": {"code_lm"}, "pos": {"rope", "pope", "spectral", "bifocal", "alibi", "nope",
                                                              "sinusoidal"}},  # learned_abs: no row past its table
 }
+
+# tables planned after a calibration on seeds 0–2: their own seeds, disjoint from it (issue 38)
+FRESH_SEEDS = {preset: {"300", "301", "302"} for preset in EXPECTED
+               if preset.startswith(("momentum_options_", "rope_base"))}
 
 
 def _compose(*overrides, hydra: bool = True):
@@ -84,12 +97,28 @@ def test_preset_composes_with_its_sweep_and_budget(preset):
     cfg = _compose(f"experiment={preset}")
     assert cfg.name == preset
     axes = _axes(cfg.hydra.sweeper.params)
-    assert axes.pop("seed") == {"0", "1", "2"}
+    assert axes.pop("seed") == FRESH_SEEDS.get(preset, {"0", "1", "2"})
     assert axes == EXPECTED[preset]
     assert cfg.trainer.max_steps >= 400 and cfg.model.d_model == 128 and cfg.model.n_heads == 4
     text = (CONF / "experiment" / f"{preset}.yaml").read_text()
     assert text.startswith("# @package _global_") and "Budget" in text
     assert f"{cfg.trainer.max_steps:,} steps × batch {cfg.data.batch_size}" in text
+
+
+@pytest.mark.parametrize("preset", CONFIRMATIONS)
+def test_confirmation_is_its_table_on_fresh_seeds_only(preset):
+    """A confirmation retrains a calibrated table on seeds no calibration or earlier run used: every other key of the
+    job is its base preset's, so its records differ from the base's only by seed (and where they are kept)."""
+    base = yaml.safe_load((CONF / "experiment" / f"{preset}.yaml").read_text())["defaults"][0]
+    mine, theirs = _compose(f"experiment={preset}"), _compose(f"experiment={base}")
+    my_seeds, their_seeds = (set(_axes(c.hydra.sweeper.params).pop("seed")) for c in (mine, theirs))
+    assert my_seeds and not my_seeds & their_seeds and min(map(int, my_seeds)) >= 100
+    assert mine.record != theirs.record and mine.record.startswith("results/")
+    assert {k: v for k, v in _axes(mine.hydra.sweeper.params).items() if k != "seed"} == \
+        {k: v for k, v in _axes(theirs.hydra.sweeper.params).items() if k != "seed"}
+    mine, theirs = ({k: v for k, v in OmegaConf.to_container(c).items() if k not in ("name", "record", "hydra")}
+                    for c in (mine, theirs))
+    assert mine == theirs
 
 
 @pytest.mark.parametrize("preset", CALIBRATIONS)

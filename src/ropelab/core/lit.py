@@ -2,7 +2,8 @@
 
 Metric keys: ``train/loss`` (every step), ``train/lr``, ``val/loss``, ``val/acc`` (answer-token accuracy),
 ``val/exact`` (whole answer right), the same under ``test/`` and ``ood/`` with per-group exact match kept in
-``group_results`` for the run summary, and ``pos/<param>_mean`` for learnable positional parameters.
+``group_results`` for the run summary, ``pos/<param>_mean`` for learnable positional parameters, and ``pos/gamma``
+(every step: the mean over layers of the momentum γ that step trained with) where γ changes during training.
 """
 
 from __future__ import annotations
@@ -200,6 +201,8 @@ class LitLM(L.LightningModule):
         if why := gradient_diverged(norm, self.diverge_grad_norm):
             raise Diverged(self.global_step, self.last_finite_loss, why)
         self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
+        if self.model.gamma_schedule is not None:
+            self.model.gamma_schedule.after_gradient(norm)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
         # Lightning calls this right after on_before_optimizer_step, with the same gradients: clipping by the norm
@@ -211,6 +214,10 @@ class LitLM(L.LightningModule):
         else:
             super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
         self._grad_norm = None
+
+    def on_train_batch_start(self, batch, batch_idx):
+        if self.model.gamma_schedule is not None:  # warm-up or adaptive γ (positional/momentum.py)
+            self.log("pos/gamma", self.model.gamma_schedule.start_step(self.global_step), on_step=True, on_epoch=False)
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         self.model.pos.project_()

@@ -22,7 +22,7 @@ from torch import nn
 
 from ropelab.core import positional
 from ropelab.core.positional import PositionalScheme
-from ropelab.core.positional.momentum import gamma_of, momentum
+from ropelab.core.positional.momentum import GammaSchedule, MomentumOptions, momentum, options_of
 from ropelab.core.schema import ModelSchema
 
 
@@ -49,10 +49,10 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: LlamaConfig, qk_width: int, momentum_gamma: float = 0.0):
+    def __init__(self, cfg: LlamaConfig, qk_width: int, momentum_gamma: float = 0.0, momentum_normalize: bool = False):
         super().__init__()
         self.n_heads, self.head_dim, self.qk_width, self.attn_fp32 = cfg.n_heads, cfg.head_dim, qk_width, cfg.attn_fp32
-        self.momentum_gamma = momentum_gamma
+        self.momentum_gamma, self.momentum_normalize = momentum_gamma, momentum_normalize
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
@@ -64,9 +64,11 @@ class Attention(nn.Module):
         qkv = self.qkv(x)
         q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in qkv.split(C, dim=-1))
         q, k = scheme.transform_qk(q, k, ctx)
-        # momentum attention wraps whatever the scheme did (positional/momentum.py); a tensor γ: one per packed member
+        # momentum attention wraps whatever the scheme did (positional/momentum.py); a tensor γ: one per packed
+        # member, or a γ that changes during training (GammaSchedule's buffer)
         if isinstance(self.momentum_gamma, torch.Tensor) or self.momentum_gamma:
-            q, k = momentum(q, self.momentum_gamma), momentum(k, self.momentum_gamma)
+            q = momentum(q, self.momentum_gamma, self.momentum_normalize)
+            k = momentum(k, self.momentum_gamma, self.momentum_normalize)
         if _frees_projection(qkv, q, scheme):  # SDPA saves v: a copy of it lets the (B, T, 3C) projection go
             v = v.contiguous()
         if self.qk_width != self.head_dim:  # SDPA's fast CPU kernels want v as wide as q and k
@@ -177,10 +179,10 @@ class SwiGLU(torch.autograd.Function):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: LlamaConfig, qk_width: int, momentum_gamma: float = 0.0):
+    def __init__(self, cfg: LlamaConfig, qk_width: int, momentum_gamma: float = 0.0, momentum_normalize: bool = False):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(cfg, qk_width, momentum_gamma)
+        self.attn = Attention(cfg, qk_width, momentum_gamma, momentum_normalize)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
@@ -194,13 +196,18 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, cfg: LlamaConfig, scheme: PositionalScheme, momentum_gamma: float = 0.0):
+    def __init__(self, cfg: LlamaConfig, scheme: PositionalScheme, momentum: MomentumOptions | float = 0.0):
+        """``momentum``: its options (``pos.momentum``, per layer), or one constant γ for every layer."""
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = scheme
         qk_width = scheme.qk_width(cfg.head_dim)
-        self.blocks = nn.ModuleList(Block(cfg, qk_width, momentum_gamma) for _ in range(cfg.n_layers))
+        if not isinstance(momentum, MomentumOptions):
+            momentum = MomentumOptions.constant(momentum, cfg.n_layers)
+        self.blocks = nn.ModuleList(Block(cfg, qk_width, gamma, momentum.normalize) for gamma in momentum.gammas)
+        # warm-up or adaptive γ: the training loop moves it (LitLM); None: every layer's γ stays as built
+        self.gamma_schedule = GammaSchedule(momentum, [b.attn for b in self.blocks]) if momentum.dynamic else None
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         for name, module in self.named_modules():  # the scheme initialises its own parameters
@@ -239,10 +246,10 @@ class Llama(nn.Module):
 
 
 def build_model(cfg: LlamaConfig, pos: Mapping[str, Any]) -> Llama:
-    """Llama with the scheme described by ``pos`` and its momentum (``pos.momentum.gamma``) in every attention
-    block; the scheme draws its random init from a forked RNG, so the same seed gives the same backbone weights
-    whatever the scheme."""
-    gamma = gamma_of(pos)
+    """Llama with the scheme described by ``pos`` and its momentum (``pos.momentum``: γ per layer, warm-up,
+    adaptive, normalisation) in the attention blocks; the scheme draws its random init from a forked RNG, so the
+    same seed gives the same backbone weights whatever the scheme."""
+    options = options_of(pos, cfg.n_layers)
     with torch.random.fork_rng():
         scheme = positional.build(pos, cfg.head_dim, cfg.n_heads, cfg.max_len)
-    return Llama(cfg, scheme, gamma)
+    return Llama(cfg, scheme, options)

@@ -6,7 +6,9 @@ tensor's shape (``PER_MEMBER``: seed, learning rates, clipping, the divergence b
 each parameter is stacked into one (K, …) tensor and the model runs once under ``torch.func.vmap`` over the
 members (``functional_call`` with the stacked parameters). Every member keeps what makes it its own run:
 
-* its momentum γ (``pos.momentum.gamma``): the attention blocks take a tensor of the members' γ under vmap;
+* its momentum γ (``pos.momentum.gamma``, per layer: a list or ``per_layer``): the attention blocks take a tensor of
+  the members' γ under vmap, one per member and layer; a γ that changes during training (``warmup_steps``,
+  ``adaptive``) is refused (``check_packable``): the packed launcher trains such a job alone, as any job;
 * its model is built as a single run builds it (``ropelab.core.build.model_for``, seeded by its ``seed``), and
   its batches are the single run's (``ropelab.core.data.draw`` with its seed and the step);
 * its parameters are views of its slice of the stacked tensors, so its own optimiser and schedule
@@ -36,15 +38,29 @@ from omegaconf import DictConfig, OmegaConf
 from ropelab.core.config import flatten
 from ropelab.core.errors import ConfigError
 from ropelab.core.lit import NONFINITE_LOSS, LitLM, clip_by_norm, grad_norm, gradient_diverged
-from ropelab.core.positional.momentum import gamma_of
+from ropelab.core.positional.momentum import KEY as MOMENTUM, options_of
 
 # keys a pack's members may differ in: none changes a tensor's shape or the operations of a step
 PER_MEMBER = ("seed", "optim.lr", "optim.pos_lr_scale", "trainer.gradient_clip_val", "trainer.diverge_grad_norm",
-              "pos.momentum.gamma")
+              "pos.momentum.gamma", "pos.momentum.per_layer", "pos.momentum.gamma_shallow", "pos.momentum.gamma_deep")
+
+
+def member_gammas(cfg: DictConfig) -> tuple[float, ...]:
+    """A member's γ per layer (``pos.momentum``, checked); a one-line ConfigError where γ changes during training,
+    which a pack's step does not do (``LitLM``'s schedule hooks are not called)."""
+    options = options_of(OmegaConf.to_container(cfg.pos, resolve=True), cfg.model.n_layers)
+    for key in ("warmup_steps", "adaptive.enabled"):
+        value = OmegaConf.select(cfg, f"pos.{MOMENTUM}.{key}")
+        if options.dynamic and value:
+            raise ConfigError(f"pos.{MOMENTUM}.{key}={value!r} cannot be packed: a pack keeps every member's γ fixed "
+                              "(hydra/launcher=packed trains such a job alone; other launchers train it as any job)")
+    return options.gammas
 
 
 def check_packable(cfgs: Sequence[DictConfig]) -> None:
-    """One-line ConfigError unless the configs differ only in ``PER_MEMBER`` keys."""
+    """One-line ConfigError unless the configs differ only in ``PER_MEMBER`` keys and each keeps its γ fixed."""
+    for cfg in cfgs:
+        member_gammas(cfg)
     first = flatten(OmegaConf.to_container(cfgs[0], resolve=True))
     for cfg in cfgs[1:]:
         other = flatten(OmegaConf.to_container(cfg, resolve=True))
@@ -86,11 +102,12 @@ class Pack:
                 p.data = stacked.data[k]  # a view: the member's optimiser and project_ update its slice in place
             self.params[name], self._members[name] = stacked, members
         self.buffers = dict(self.template.named_buffers())  # the same for every member (tables of the shape)
-        gammas = [gamma_of(OmegaConf.to_container(cfg.pos, resolve=True)) for cfg in self.cfgs]
-        # one γ per member when they differ, given to every attention block as a tensor under vmap (a member at
-        # γ = 0 then computes q + 0·(q − q_prev) = q: its single run's values, which skip momentum)
+        gammas = [member_gammas(cfg) for cfg in self.cfgs]
+        # (K, layers): one γ per member and layer when members differ, given to each attention block as a tensor
+        # under vmap (a member at γ = 0 then computes q + 0·(q − q_prev) = q: its single run's values, which skip
+        # momentum); the same for all: the template's own floats (member 0's)
         self.gammas = torch.tensor(gammas, device=device) if len(set(gammas)) > 1 else None
-        self._attention = [m for m in self.template.modules() if hasattr(m, "momentum_gamma")]
+        self._attention = [block.attn for block in self.template.blocks]
         made = [lit.configure_optimizers() for lit in self.lits]
         self.optimizers = [m["optimizer"] for m in made]
         self.schedulers = [m["lr_scheduler"]["scheduler"] for m in made]
@@ -111,8 +128,8 @@ class Pack:
             return torch.func.functional_call(self.template, (params, buffers), (inputs,))
         floats = [a.momentum_gamma for a in self._attention]
         try:
-            for a in self._attention:
-                a.momentum_gamma = gamma
+            for layer, a in enumerate(self._attention):
+                a.momentum_gamma = gamma[layer]
             return torch.func.functional_call(self.template, (params, buffers), (inputs,))
         finally:
             for a, value in zip(self._attention, floats):

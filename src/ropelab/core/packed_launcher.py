@@ -101,6 +101,7 @@ def _member(num: int, sweep_config: DictConfig) -> Member | None:
 
     from ropelab.core import machine, runs, train
     from ropelab.core.build import build
+    from ropelab.core.packed import check_packable
     from ropelab.core.schema import resolved
 
     cfg, run_dir = _task_config(sweep_config)
@@ -115,6 +116,7 @@ def _member(num: int, sweep_config: DictConfig) -> Member | None:
         if machine.choose(cfg.trainer.accelerator, cfg.trainer.precision)[1] not in PRECISIONS:
             return None
         built = build(cfg)
+        check_packable([cfg])  # a γ that changes during training (pos.momentum.warmup_steps, adaptive): alone
     except Exception:  # run as any job, it fails with its own one-line error (a ConfigError) or traceback
         return None
     member = Member(num, sweep_config, cfg, run_dir, record_dir, trial, built)

@@ -18,6 +18,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from ropelab.core.errors import ConfigError, require
 from ropelab.core.machine import ACCELERATORS
+from ropelab.core.positional import momentum
 from ropelab.core.runs import checkpoint_path
 
 PRECISIONS = ("auto", "32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "64-true")
@@ -201,6 +202,8 @@ def check_schema(cfg: DictConfig) -> None:
     if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
         raise ConfigError(f"optim.betas={betas!r} is invalid: two numbers in [0, 1)")
     _check_surgery(values)
+    # pos.momentum against the model's depth and the run's length; the scheme's own options: positional.build
+    momentum.options_of(values["pos"], model["n_layers"], values["trainer"]["max_steps"])
 
 
 def _check_surgery(values: dict) -> None:

@@ -1,0 +1,231 @@
+"""The one rule that turns seeds into a verdict's words (issue 36). Every claim ropelab checks is decided here, so
+no verdict is typed by hand and no two tables word the same interval differently.
+
+A comparison pairs A and B by seed (same seed = same data and initialisation, ``stats.paired_difference``) and
+reads the 95 % t interval of the mean difference A − B against the direction the paper expects:
+
+* no records on either side                        → **not run**
+* fewer pairs than the seeds planned before the runs → **incomplete** (k of n), with the interval so far
+* fewer than two pairs (no interval) or every compared cell within ``margin`` of its floor or ceiling (a task
+  that nothing learns, or everything saturates, cannot rank A and B) → **says nothing**
+* interval excludes 0 on the paper's side           → **reproduced**
+* interval excludes 0 on the other side             → **opposite**
+* interval includes 0                               → **no difference detected**, with the MDE: the smallest
+  |A − B| a paired t test on n pairs of this spread detects with 80 % power at two-sided α = .05
+* a composite of several such parts                 → the parts' common word, or **partly** when they disagree
+
+Beside the mean, where seeds split into learned (≥ ``learned``) and not, the solve rates of A and B with Fisher's
+exact test between them: a mean over a 99 / 98 / 58 / 62 / 98 % split says less than the 3-of-5 beside it.
+**refused** is given by the caller (``refused``) when the records may not be paired at all (two code versions).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping
+
+from scipy.optimize import brentq
+from scipy.stats import fisher_exact, nct, t as student_t
+
+from ropelab.analysis.stats import Estimate, estimate, paired_difference
+
+WORDS = ("reproduced", "opposite", "no difference detected", "says nothing", "incomplete", "not run", "partly",
+         "refused")
+ALPHA, POWER = 0.05, 0.80
+
+
+@dataclass(frozen=True)
+class Verdict:
+    word: str          # one of WORDS
+    diff: float | None  # mean of the paired differences A − B (by seed)
+    low: float | None
+    high: float | None  # 95 % t interval
+    n: int             # pairs used
+    planned: int
+    mde: float | None  # smallest |A − B| detectable at 80 % power (two-sided α = .05) from the paired SD and n
+    solve: tuple[int, int, int, int] | None  # (learned A, n A, learned B, n B) where seeds split into learned and not
+    solve_p: float | None                    # exact (Fisher) test between the two solve rates
+    reason: str = ""   # for says nothing / refused / incomplete / partly: the one line why
+    parts: tuple[tuple[str, "Verdict"], ...] = ()  # a composite's named parts
+    so_far: str = ""   # for incomplete: the word the pairs there are would give
+
+    def __post_init__(self):
+        if self.word not in WORDS:
+            raise ValueError(f"verdict word {self.word!r}: valid words are {', '.join(WORDS)}")
+
+
+@functools.cache
+def mde(n: int, sd: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true mean difference a two-sided paired t test on ``n`` pairs with SD ``sd`` detects with
+    probability ``power``: solved exactly on the noncentral t (not the normal approximation, which is optimistic
+    at the n of a few seeds)."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    if sd == 0:
+        return 0.0
+    df = n - 1
+    crit = float(student_t.ppf(1 - alpha / 2, df))
+
+    def power_at(effect: float) -> float:
+        shift = effect * math.sqrt(n)
+        wrong_side = float(nct.cdf(-crit, df, shift))  # scipy returns NaN where this tail underflows
+        return float(nct.sf(crit, df, shift)) + (0.0 if math.isnan(wrong_side) else wrong_side)
+
+    high = 1.0
+    while power_at(high) < power:  # the bracket grows until it holds the answer (n = 2 needs ~ 10 SD)
+        high *= 2
+    effect = brentq(lambda e: power_at(e) - power, 0.0, high)
+    return effect * sd
+
+
+def solve_rates(a: Mapping[int, float], b: Mapping[int, float], learned: float
+                ) -> tuple[tuple[int, int, int, int] | None, float | None]:
+    """(learned A, n A, learned B, n B) and Fisher's exact p between the two rates, over the given seeds; (None,
+    None) when every seed on both sides is on the same side of ``learned`` (then the mean says it all)."""
+    la, lb = sum(v >= learned for v in a.values()), sum(v >= learned for v in b.values())
+    na, nb = len(a), len(b)
+    if la + lb in (0, na + nb):
+        return None, None
+    p = float(fisher_exact([[la, na - la], [lb, nb - lb]]).pvalue)
+    return (int(la), na, int(lb), nb), p
+
+
+def _cell_at(mean: float, floor: float | None, ceiling: float | None, margin: float) -> str | None:
+    if floor is not None and mean <= floor + margin:
+        return "floor"
+    if ceiling is not None and mean >= ceiling - margin:
+        return "ceiling"
+    return None
+
+
+def _finite_values(values: Mapping[int, float]) -> dict[int, float]:
+    return {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
+
+
+def paired(a: dict[int, float], b: dict[int, float], *, direction: int, planned: int | None = None,
+           floor: float | None = None, ceiling: float | None = None, margin: float = 0.0,
+           learned: float | None = None) -> Verdict:
+    """The verdict on A − B by seed. ``direction`` +1: the paper expects A > B; −1: A < B. ``planned``: the pairs
+    fixed before the runs (default: the pairs there are). ``floor`` / ``ceiling`` with ``margin``: the metric's
+    uninformative ends (the guess accuracy, 100 %). ``learned``: the level a seed counts as learned at."""
+    if direction not in (1, -1):
+        raise ValueError(f"direction {direction!r}: valid directions are +1 (A > B) and -1 (A < B)")
+    a, b = _finite_values(a), _finite_values(b)
+    seeds = sorted(set(a) & set(b))
+    planned = len(seeds) if planned is None else planned
+    if not seeds:
+        reason = "no seed has both sides" if (a or b) else ""
+        return Verdict("not run", None, None, None, 0, planned, None, None, None, reason)
+    est = paired_difference(a, b)
+    ea, eb = estimate(a[s] for s in seeds), estimate(b[s] for s in seeds)
+    solve, solve_p = solve_rates({s: a[s] for s in seeds}, {s: b[s] for s in seeds}, learned) if learned is not None \
+        else (None, None)
+    word, reason = _word(est, direction, _cell_at(ea.mean, floor, ceiling, margin),
+                         _cell_at(eb.mean, floor, ceiling, margin))
+    verdict = _from_estimate(word, est, planned, solve, solve_p, reason)
+    if len(seeds) < planned:
+        return replace(verdict, word="incomplete", so_far=word,
+                       reason=f"{len(seeds)} of {planned} planned seeds" + (f"; {reason}" if reason else ""))
+    return verdict
+
+
+def level(a: dict[int, float], threshold: float, *, direction: int, planned: int | None = None,
+          floor: float | None = None, ceiling: float | None = None, margin: float = 0.0,
+          learned: float | None = None) -> Verdict:
+    """The verdict on A against a fixed level (a threshold, the guess floor, a shortcut's accuracy): the same rule
+    on A − ``threshold`` by seed, so "above the floor" is decided exactly like "A beats B"."""
+    return paired(a, {s: threshold for s in a}, direction=direction, planned=planned, floor=floor, ceiling=ceiling,
+                  margin=margin, learned=learned)
+
+
+def _word(est: Estimate, direction: int, cell_a: str | None, cell_b: str | None) -> tuple[str, str]:
+    if cell_a and cell_a == cell_b:
+        return "says nothing", f"both sides at the {cell_a}"
+    if est.n < 2:
+        return "says nothing", "one pair: no interval"
+    if est.excludes_zero():
+        return ("reproduced" if (est.mean > 0) == (direction > 0) else "opposite"), ""
+    return "no difference detected", ""
+
+
+def _from_estimate(word: str, est: Estimate, planned: int, solve, solve_p, reason: str) -> Verdict:
+    interval = est.n > 1
+    return Verdict(word, est.mean, est.low if interval else None, est.high if interval else None, est.n, planned,
+                   mde(est.n, est.sd) if interval else None, solve, solve_p, reason)
+
+
+def refused(reason: str, planned: int = 0) -> Verdict:
+    """The records may not be compared (two code versions, two CPU kinds): no numbers, the one line why."""
+    return Verdict("refused", None, None, None, 0, planned, None, None, None, reason)
+
+
+def composite(parts: Iterable[tuple[str, Verdict]]) -> Verdict:
+    """Several parts of one claim: their common word when they agree; "partly" when they disagree (each part
+    listed by ``render``); a refused, not-run or incomplete part makes the whole so, since the claim is then
+    undecided."""
+    parts = tuple(parts)
+    if not parts:
+        raise ValueError("a composite claim needs at least one part")
+    words = [v.word for _, v in parts]
+    n, planned = sum(v.n for _, v in parts), sum(v.planned for _, v in parts)
+    for blocking in ("refused", "not run", "incomplete"):
+        if blocking in words:
+            names = ", ".join(name for name, v in parts if v.word == blocking)
+            return Verdict(blocking, None, None, None, n, planned, None, None, None, f"{blocking}: {names}", parts)
+    word = words[0] if len(set(words)) == 1 else "partly"
+    return Verdict(word, None, None, None, n, planned, None, None, None, "", parts)
+
+
+# ----------------------------------------------------------------------------------------------- words
+
+def _decimals(v: Verdict) -> int:
+    spread = [abs(x) for x in ((v.high - v.low) / 2 if v.low is not None else None, v.mde, v.diff)
+              if x is not None and math.isfinite(x) and x > 0]
+    if not spread:
+        return 1
+    return max(1, -math.floor(math.log10(spread[0])))
+
+
+def _signed(x: float, decimals: int) -> str:
+    text = f"{x:+.{decimals}f}"
+    return text.replace("-", "−")
+
+
+def numbers(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None = None) -> str:
+    """The verdict's numbers without its word: "−2.5 [−22.4, +17.4], n = 3 (MDE 31.0)"; "" when it has none."""
+    if v.diff is None:
+        return ""
+    scaled = replace(v, diff=v.diff * scale, low=None if v.low is None else v.low * scale,
+                     high=None if v.high is None else v.high * scale, mde=None if v.mde is None else v.mde * scale)
+    d = _decimals(scaled) if decimals is None else decimals
+    text = _signed(scaled.diff, d) + unit
+    if scaled.low is not None:
+        text += f" [{_signed(scaled.low, d)}, {_signed(scaled.high, d)}]"
+    text += f", n = {v.n}"
+    if v.word in ("no difference detected", "incomplete") and scaled.mde is not None and v.low is not None \
+            and v.low <= 0 <= v.high:
+        text += f" (MDE {scaled.mde:.{d}f}{unit})"
+    if v.solve is not None:
+        la, na, lb, nb = v.solve
+        text += f"; learned {la}/{na} vs {lb}/{nb} (Fisher p = {v.solve_p:.2g})"
+    return text
+
+
+def render(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None = None) -> str:
+    """The verdict words and numbers in one line, e.g. "no difference detected: −2.5 [−22.4, +17.4], n = 3
+    (MDE 31.0)"; ``scale`` multiplies the numbers (100 for accuracies stored as fractions, with unit " pts")."""
+    if v.parts:
+        inner = "; ".join(f"{name}: {render(part, unit, scale, decimals)}" for name, part in v.parts)
+        head = v.word + (f" ({v.reason})" if v.reason and v.word != "partly" else "")
+        return f"{head} — {inner}"
+    if v.word == "refused":
+        return f"refused: {v.reason}"
+    if v.word == "not run":
+        return f"not run (0 of {v.planned})" + (f": {v.reason}" if v.reason else "")
+    head = f"incomplete ({v.n} of {v.planned}), so far {v.so_far}" if v.word == "incomplete" else v.word
+    if v.word == "says nothing" and v.reason:
+        head += f" ({v.reason})"
+    body = numbers(v, unit, scale, decimals)
+    return f"{head}: {body}" if body else head
