@@ -99,7 +99,12 @@ def test_a_composite_is_partly_when_its_parts_disagree_and_lists_each():
     assert text.startswith("partly — mod 7: reproduced: +") and "; Dyck-3: no difference detected: " in text
     assert V.composite([("a", yes), ("b", yes)]).word == "reproduced"
     pending = V.composite([("a", yes), ("b", V.paired({}, {}, direction=+1, planned=3))])
-    assert pending.word == "not run" and "b" in pending.reason
+    assert pending.word == "incomplete" and pending.reason == "short: b" and (pending.n, pending.planned) == (3, 6)
+    assert V.render(pending).startswith("incomplete (3 of 6 pairs) — a: reproduced")
+    none = V.composite([("a", V.paired({}, {}, direction=+1, planned=3))] * 2)
+    assert none.word == "not run"
+    refused = V.composite([("a", yes), ("b", V.refused("two commits"))])
+    assert refused.word == "refused" and refused.reason == "refused: b"
 
 
 def test_refused_carries_its_reason_and_no_numbers():
@@ -114,11 +119,18 @@ def test_render_writes_the_line_of_the_brief():
     v = V.paired(seeds(*diffs), seeds(0.0, 0.0, 0.0), direction=-1)
     assert V.render(v) == f"no difference detected: −2.5 [−22.4, +17.4], n = 3 (MDE {v.mde:.1f})"
     small = V.paired(seeds(0.012, 0.010, 0.014), seeds(0.0, 0.0, 0.0), direction=+1)
-    assert V.render(small).startswith("reproduced: +0.012 [+0.007, +0.017], n = 3")
+    assert V.render(small).startswith("reproduced: +0.0120 [+0.0070, +0.0170], n = 3"), "two digits of the half-width"
+
+
+def test_a_claim_of_no_difference_is_opposite_when_a_difference_is_found():
+    drop = V.paired(seeds(0.93, 0.94, 0.92), seeds(0.70, 0.68, 0.69), direction=0)
+    assert drop.word == "opposite" and "no difference" in drop.reason
+    flat = V.paired(seeds(0.93, 0.90, 0.92), seeds(0.91, 0.93, 0.90), direction=0)
+    assert flat.word == "no difference detected" and flat.mde > 0
 
 
 def test_bad_words_and_directions_are_refused_by_name():
     with pytest.raises(ValueError, match="valid words are reproduced"):
         V.Verdict("confirmed", None, None, None, 0, 0, None, None, None)
     with pytest.raises(ValueError, match=r"valid directions are \+1"):
-        V.paired({0: 1.0}, {0: 0.0}, direction=0)
+        V.paired({0: 1.0}, {0: 0.0}, direction=2)

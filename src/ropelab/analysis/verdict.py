@@ -34,6 +34,7 @@ from ropelab.analysis.stats import Estimate, estimate, paired_difference
 WORDS = ("reproduced", "opposite", "no difference detected", "says nothing", "incomplete", "not run", "partly",
          "refused")
 ALPHA, POWER = 0.05, 0.80
+DIRECTIONS = (1, -1, 0)  # the paper expects A > B, A < B, or no difference (a robustness claim)
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,12 @@ def _finite_values(values: Mapping[int, float]) -> dict[int, float]:
 def paired(a: dict[int, float], b: dict[int, float], *, direction: int, planned: int | None = None,
            floor: float | None = None, ceiling: float | None = None, margin: float = 0.0,
            learned: float | None = None) -> Verdict:
-    """The verdict on A − B by seed. ``direction`` +1: the paper expects A > B; −1: A < B. ``planned``: the pairs
+    """The verdict on A − B by seed. ``direction`` +1: the paper expects A > B; −1: A < B; 0: no difference (an
+    interval that excludes 0 is then "opposite", one that includes it "no difference detected", with its MDE). ``planned``: the pairs
     fixed before the runs (default: the pairs there are). ``floor`` / ``ceiling`` with ``margin``: the metric's
     uninformative ends (the guess accuracy, 100 %). ``learned``: the level a seed counts as learned at."""
-    if direction not in (1, -1):
-        raise ValueError(f"direction {direction!r}: valid directions are +1 (A > B) and -1 (A < B)")
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction {direction!r}: valid directions are +1 (A > B), -1 (A < B) and 0 (no difference)")
     a, b = _finite_values(a), _finite_values(b)
     seeds = sorted(set(a) & set(b))
     planned = len(seeds) if planned is None else planned
@@ -146,6 +148,8 @@ def _word(est: Estimate, direction: int, cell_a: str | None, cell_b: str | None)
     if est.n < 2:
         return "says nothing", "one pair: no interval"
     if est.excludes_zero():
+        if direction == 0:
+            return "opposite", "the paper expects no difference"
         return ("reproduced" if (est.mean > 0) == (direction > 0) else "opposite"), ""
     return "no difference detected", ""
 
@@ -170,10 +174,17 @@ def composite(parts: Iterable[tuple[str, Verdict]]) -> Verdict:
         raise ValueError("a composite claim needs at least one part")
     words = [v.word for _, v in parts]
     n, planned = sum(v.n for _, v in parts), sum(v.planned for _, v in parts)
-    for blocking in ("refused", "not run", "incomplete"):
-        if blocking in words:
-            names = ", ".join(name for name, v in parts if v.word == blocking)
-            return Verdict(blocking, None, None, None, n, planned, None, None, None, f"{blocking}: {names}", parts)
+
+    def named(*which: str) -> str:
+        return ", ".join(name for name, v in parts if v.word in which)
+
+    if "refused" in words:
+        return Verdict("refused", None, None, None, n, planned, None, None, None, f"refused: {named('refused')}", parts)
+    if set(words) == {"not run"}:
+        return Verdict("not run", None, None, None, 0, planned, None, None, None, "", parts)
+    if "not run" in words or "incomplete" in words:
+        return Verdict("incomplete", None, None, None, n, planned, None, None, None,
+                       f"short: {named('not run', 'incomplete')}", parts)
     word = words[0] if len(set(words)) == 1 else "partly"
     return Verdict(word, None, None, None, n, planned, None, None, None, "", parts)
 
@@ -185,7 +196,7 @@ def _decimals(v: Verdict) -> int:
               if x is not None and math.isfinite(x) and x > 0]
     if not spread:
         return 1
-    return max(1, -math.floor(math.log10(spread[0])))
+    return max(1, 1 - math.floor(math.log10(spread[0])))  # two significant digits of the half-width
 
 
 def _signed(x: float, decimals: int) -> str:
@@ -218,7 +229,8 @@ def render(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None 
     (MDE 31.0)"; ``scale`` multiplies the numbers (100 for accuracies stored as fractions, with unit " pts")."""
     if v.parts:
         inner = "; ".join(f"{name}: {render(part, unit, scale, decimals)}" for name, part in v.parts)
-        head = v.word + (f" ({v.reason})" if v.reason and v.word != "partly" else "")
+        head = {"incomplete": f"incomplete ({v.n} of {v.planned} pairs)", "not run": f"not run (0 of {v.planned})"
+                }.get(v.word, v.word)
         return f"{head} — {inner}"
     if v.word == "refused":
         return f"refused: {v.reason}"
