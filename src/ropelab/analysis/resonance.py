@@ -251,7 +251,7 @@ def plot(rows: list[dict[str, Any]], threshold: float, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     cells = list(dict.fromkeys(r["cell"] for r in rows))
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(cells) + 1.6))
+    fig, ax = plt.subplots(figsize=(5.5, 0.45 * len(cells) + 1.6))
     for y, cell in enumerate(cells):
         here = [r for r in rows if r["cell"] == cell]
         null = np.concatenate([r["_null"] for r in here])
@@ -265,9 +265,8 @@ def plot(rows: list[dict[str, Any]], threshold: float, path: Path) -> None:
     ax.invert_yaxis()
     ax.set_xlabel(f"share of rotating (pair, distance) cases with cos(ω·N) ≥ {threshold:g}")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
