@@ -41,6 +41,7 @@ import pandas as pd
 import torch
 
 from ropelab.analysis.report.records import find_run_dirs
+from ropelab.analysis import verdict as V
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import estimate, paired_difference
 from ropelab.core.runs import last_checkpoint
@@ -241,8 +242,36 @@ def tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
             pd.DataFrame(profiles).set_index("profile") if profiles else pd.DataFrame())
 
 
+def claim_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The paper's claims, declared before the runs were read, at the largest γ against γ = 0, decided by
+    ``ropelab.analysis.verdict`` (every seed of the compared cells planned): geometric's low-frequency share grows
+    and its exposure falls; each other profile's relative exposure change lies above geometric's (it escapes less)."""
+    top = runs["gamma"].max()
+    rows = []
+    if top <= 0:
+        return pd.DataFrame()
+    if "geometric" in set(runs["profile"]):
+        for title, measure, direction in (("low-frequency share grows with γ: low third (weights)",
+                                           "low_share_weights", 1),
+                                          ("the logits leave the perturbed pairs: exposure (weights)",
+                                           "exposure_weights", -1)):
+            at, base = _by_seed(runs, "geometric", top, measure), _by_seed(runs, "geometric", 0.0, measure)
+            v = V.paired(at, base, direction=direction, planned=len(base))
+            rows.append({"comparison": f"geometric, γ {top:g} − 0", "claim": title, "verdict": V.render(v, decimals=3)})
+        reference = relative_change(runs, "geometric", top, "exposure_weights")
+        for profile in sorted(set(runs["profile"]) - {"geometric"}):
+            mine = relative_change(runs, profile, top, "exposure_weights")
+            planned = runs[(runs["profile"] == profile) & (runs["gamma"] == 0.0)]["seed"].nunique()
+            v = V.paired(mine, reference, direction=1, planned=planned)
+            rows.append({"comparison": f"{profile} − geometric, γ {top:g}",
+                         "claim": "fewer stable pairs, less escape: relative exposure change (weights)",
+                         "verdict": V.render(v, decimals=3)})
+    return pd.DataFrame(rows).set_index("comparison") if rows else pd.DataFrame()
+
+
 def write_md(runs: pd.DataFrame, examples: int, path: Path) -> str:
     cells, diffs, profiles = tables(runs)
+    claims = claim_table(runs)
     lines = ["# Escape routes", "",
              f"Energy share of each rotary pair in the attention logits (Σ c_i² over causal pairs of {examples} "
              "validation examples, per layer, averaged over layers). low third: the share of the ⌊P/3⌋ "
@@ -255,6 +284,10 @@ def write_md(runs: pd.DataFrame, examples: int, path: Path) -> str:
     if not profiles.empty:
         lines += ["Relative exposure change at the largest γ, each profile minus geometric, paired by seed (> 0: the "
                   "profile's exposure falls less than geometric's):", "", markdown_table(profiles, "profile"), ""]
+    if not claims.empty:
+        lines += ["Declared claims (paired by seed, `ropelab.analysis.verdict`; a single-frequency profile's exposure "
+                  "cannot change, so its row compares geometric's change with 0):", "",
+                  markdown_table(claims, "comparison"), ""]
     text = "\n".join(lines)
     path.write_text(text)
     return text
