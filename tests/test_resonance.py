@@ -95,3 +95,17 @@ def test_the_command_refuses_folders_without_a_usable_run(tmp_path, capsys):
     assert "no completed bio_rotation or dyck3 run with a learned Ω" in capsys.readouterr().err
     assert resonance.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_committed_results_are_what_the_command_writes(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the tables name the runs as the README's command types them
+    command = (root / "results" / "resonance" / "README.md").read_text().split("```bash\n")[1].split("\n")[0]
+    args = command.split()[3:]
+    args[args.index("--out") + 1] = str(tmp_path)
+    assert resonance.main(args) == 0
+    for name in ("resonance.md", "resonance.csv"):
+        assert (tmp_path / name).read_text() == (root / "results" / "resonance" / name).read_text(), name
