@@ -94,7 +94,9 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
 
 def test_the_command_refuses_what_it_cannot_read(tmp_path, capsys):
     assert dm.main([str(tmp_path), "--out", str(tmp_path / "o")]) == 2
-    assert "is not a run folder" in capsys.readouterr().err
+    assert "no completed run with checkpoints/last.ckpt under" in capsys.readouterr().err
+    assert dm.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
     run_dir = tmp_path / "gc"
     train_here(*TINY, "task=global_counting", "trainer.max_steps=1", "trainer.val_every=1", run_dir=run_dir)
     assert dm.main([str(run_dir), "--out", str(tmp_path / "o")]) == 2

@@ -89,6 +89,7 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
                               f"pos.momentum.gamma={gamma}", "trainer.max_steps=1", "trainer.val_every=1",
                               run_dir=sweep / f"g={gamma},f={freqs}")
             assert done["status"] == "completed", done
+    (sweep / "multirun.yaml").write_text("hydra:\n  sweeper:\n    params:\n      seed: 0,1,2\n")  # planned: 3 seeds
     out = tmp_path / "out"
     assert er.main([str(sweep), "--out", str(out), "--examples", "8"]) == 0
     printed = capsys.readouterr().out
@@ -99,14 +100,26 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
     assert len(pairs) == 4 * 2 * 8  # runs × layers × pairs (head dim 16)
     assert pairs.groupby(["run", "layer"])["share_weights"].sum().to_numpy() == pytest.approx(1.0, abs=1e-5)
     assert "single@0.1 − geometric" in printed and "| geometric | 2 − 0 |" in printed
-    assert "| geometric, γ 2 − 0 | low-frequency share grows with γ: low third (weights) | says nothing (one pair" in printed
+    assert "| geometric, γ 2 − 0 | low-frequency share grows with γ: low third (weights) | incomplete (1 of 3)" in printed
     assert (out / "escape_routes.png").stat().st_size > 1000
 
 
 def test_the_command_refuses_what_it_cannot_read(tmp_path, capsys):
     assert er.main([str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "no completed run with checkpoints/last.ckpt" in capsys.readouterr().err
+    assert er.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
     train_here(*TINY, "task=global_counting", "pos=spectral", "trainer.max_steps=1", "trainer.val_every=1",
                run_dir=tmp_path / "spectral")
     assert er.main([str(tmp_path / "spectral"), "--out", str(tmp_path / "o")]) == 2
     assert "pos=spectral; escape_routes reads rope runs" in capsys.readouterr().err
+
+
+def test_planned_seeds_come_from_the_sweeps_multirun_yaml(tmp_path):
+    from ropelab.analysis.run_folders import planned_seeds
+
+    assert planned_seeds(tmp_path) is None
+    (tmp_path / "multirun.yaml").write_text("hydra:\n  sweeper:\n    params:\n      seed: 100,101,102,103,104\n")
+    assert planned_seeds(tmp_path) == 5
+    (tmp_path / "multirun.yaml").write_text("hydra:\n  sweeper:\n    params:\n      seed: range(0,3)\n")
+    assert planned_seeds(tmp_path) is None  # not a list: the finished seeds are the plan

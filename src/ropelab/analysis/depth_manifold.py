@@ -39,6 +39,7 @@ import torch
 
 from ropelab.analysis import verdict as V
 from ropelab.analysis.report.tables import markdown_table
+from ropelab.analysis.run_folders import finished_runs
 from ropelab.analysis.stats import estimate, paired_difference
 
 RIDGE = 1e-2          # ridge strength, relative to the mean eigenvalue of the fit states' covariance
@@ -163,7 +164,7 @@ def layer_measures(split_data: dict[str, tuple[np.ndarray, np.ndarray, np.ndarra
 
 # ---------------------------------------------------------------------------------------------- runs
 
-def analyse_run(run_dir: str | Path, examples: int, checkpoint: str) -> dict[str, Any]:
+def analyse_run(run_dir: str | Path, examples: int, checkpoint: str, planned: int | None = None) -> dict[str, Any]:
     import tasks
     from ropelab.analysis.attention_maps import load_run_model
 
@@ -183,12 +184,13 @@ def analyse_run(run_dir: str | Path, examples: int, checkpoint: str) -> dict[str
     rows = []
     for layer in range(split_data["id"][0].shape[0]):
         rows += layer_measures(split_data, layer, task.depth_max)
-    return {"run": str(run_dir), "scheme": cfg["pos"]["name"], "seed": seed,
+    return {"run": str(run_dir), "scheme": cfg["pos"]["name"], "seed": seed, "planned": planned,
             "steps": int(cfg["trainer"]["max_steps"]), "rows": rows, "_states": split_data}
 
 
 def run_table(results: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame([{"run": r["run"], "scheme": r["scheme"], "seed": r["seed"], "steps": r["steps"],
+    return pd.DataFrame([{"run": r["run"], "scheme": r["scheme"], "seed": r["seed"], "planned": r["planned"],
+                          "steps": r["steps"],
                           **{k: v for k, v in row.items() if not k.startswith("_")}}
                          for r in results for row in r["rows"]])
 
@@ -254,7 +256,8 @@ def claim_table(table: pd.DataFrame, reference: str) -> pd.DataFrame:
         here = last[(last["scheme"] == scheme) & (last["split"] == split)]
         return dict(zip(here["seed"], here[measure].astype(float)))
 
-    planned = last[last["scheme"] == reference]["seed"].nunique()
+    declared = last["planned"].dropna()  # the sweep's seeds (multirun.yaml), else the reference's finished ones
+    planned = int(declared.max()) if len(declared) else last[last["scheme"] == reference]["seed"].nunique()
     rows = [{"pair": f"{scheme} − {reference}", "claim": title,
              "verdict": V.render(V.paired(per_seed(scheme, split, measure), per_seed(reference, split, measure),
                                           direction=direction, planned=planned), decimals=3)}
@@ -323,7 +326,7 @@ def plot_scheme(result: dict[str, Any], path: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ropelab.depth_manifold", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="dyck3 run folders (config.yaml + checkpoints/last.ckpt)")
+    parser.add_argument("runs", nargs="+", help="dyck3 sweep or run folders (config.yaml + checkpoints/last.ckpt)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--examples", type=int, default=EXAMPLES, help="examples per split")
     parser.add_argument("--checkpoint", default="checkpoints/last.ckpt", help="checkpoint path inside each run")
@@ -333,8 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: --examples must be >= 2 (the probe needs a fit and a held-out example)", file=sys.stderr)
         return 2
     try:
-        results = [analyse_run(run, args.examples, args.checkpoint) for run in args.runs]
-    except DepthManifoldError as err:
+        found = [(Path(run), None) for run in args.runs] if args.checkpoint != "checkpoints/last.ckpt" \
+            else finished_runs(args.runs)
+        if not found:
+            raise DepthManifoldError(f"no completed run with checkpoints/last.ckpt under {', '.join(args.runs)}")
+        results = [analyse_run(run, args.examples, args.checkpoint, planned) for run, planned in found]
+    except (DepthManifoldError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     out = Path(args.out)

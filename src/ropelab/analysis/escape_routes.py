@@ -29,7 +29,6 @@ line per γ) under ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from contextlib import contextmanager
@@ -40,11 +39,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ropelab.analysis.report.records import find_run_dirs
+from ropelab.analysis.run_folders import finished_runs
 from ropelab.analysis import verdict as V
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import estimate, paired_difference
-from ropelab.core.runs import last_checkpoint
 
 EXAMPLES = 256
 CHUNK = 64       # examples per forward
@@ -139,26 +137,7 @@ def exposure(share: np.ndarray, freq: np.ndarray) -> float:
 
 # ---------------------------------------------------------------------------------------------- runs
 
-def completed(run_dir: Path) -> bool:
-    try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status") == "completed"
-    except (OSError, ValueError):
-        return False
-
-
-def run_dirs(paths: Sequence[str | Path]) -> list[Path]:
-    found = []
-    for path in paths:
-        path = Path(path)
-        if not path.is_dir():
-            raise EscapeRoutesError(f"{path} is not a folder")
-        found += [d for d in find_run_dirs(path) if last_checkpoint(d).is_file() and completed(d)]
-    if not found:
-        raise EscapeRoutesError(f"no completed run with checkpoints/last.ckpt under {', '.join(map(str, paths))}")
-    return found
-
-
-def analyse_run(run_dir: Path, examples: int) -> dict[str, Any]:
+def analyse_run(run_dir: Path, examples: int, planned: int | None = None) -> dict[str, Any]:
     from ropelab.analysis.attention_maps import load_run_model
     from ropelab.analysis.freq_usage import frequencies
     from ropelab.core.data import draw
@@ -175,7 +154,7 @@ def analyse_run(run_dir: Path, examples: int) -> dict[str, Any]:
         raise EscapeRoutesError(f"{run_dir}: pos.momentum.gamma={gamma}; escape_routes compares runs of one constant γ")
     row = {"run": str(run_dir), "task": cfg["task"]["name"], "profile": cfg["pos"].get("freqs", "geometric"),
            "gamma": float(gamma), "seed": int(cfg.get("seed", 0)),
-           "steps": int(cfg["trainer"]["max_steps"]), "examples": examples}
+           "steps": int(cfg["trainer"]["max_steps"]), "examples": examples, "planned": planned}
     for reading in READINGS:
         s = shares(energy[reading])
         row[f"low_share_{reading}"] = low_share(s, freq)
@@ -209,6 +188,13 @@ def relative_change(runs: pd.DataFrame, profile: str, gamma: float, measure: str
     """Per seed: measure at γ over measure at γ = 0, minus 1."""
     at, base = _by_seed(runs, profile, gamma, measure), _by_seed(runs, profile, 0.0, measure)
     return {s: at[s] / base[s] - 1 for s in at if s in base and base[s] > 0}
+
+
+def planned_of(runs: pd.DataFrame, profile: str) -> int:
+    """Seeds planned for a profile's cells: its sweep's (``multirun.yaml``), else the seeds at γ = 0."""
+    here = runs[runs["profile"] == profile]
+    planned = here["planned"].dropna()
+    return int(planned.max()) if len(planned) else here[here["gamma"] == 0.0]["seed"].nunique()
 
 
 def tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -256,13 +242,12 @@ def claim_table(runs: pd.DataFrame) -> pd.DataFrame:
                                           ("the logits leave the perturbed pairs: exposure (weights)",
                                            "exposure_weights", -1)):
             at, base = _by_seed(runs, "geometric", top, measure), _by_seed(runs, "geometric", 0.0, measure)
-            v = V.paired(at, base, direction=direction, planned=len(base))
+            v = V.paired(at, base, direction=direction, planned=planned_of(runs, "geometric"))
             rows.append({"comparison": f"geometric, γ {top:g} − 0", "claim": title, "verdict": V.render(v, decimals=3)})
         reference = relative_change(runs, "geometric", top, "exposure_weights")
         for profile in sorted(set(runs["profile"]) - {"geometric"}):
             mine = relative_change(runs, profile, top, "exposure_weights")
-            planned = runs[(runs["profile"] == profile) & (runs["gamma"] == 0.0)]["seed"].nunique()
-            v = V.paired(mine, reference, direction=1, planned=planned)
+            v = V.paired(mine, reference, direction=1, planned=planned_of(runs, profile))
             rows.append({"comparison": f"{profile} − geometric, γ {top:g}",
                          "claim": "fewer stable pairs, less escape: relative exposure change (weights)",
                          "verdict": V.render(v, decimals=3)})
@@ -331,8 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: --examples must be >= 1", file=sys.stderr)
         return 2
     try:
-        results = [analyse_run(run, args.examples) for run in run_dirs(args.paths)]
-    except EscapeRoutesError as err:
+        found = finished_runs(args.paths)
+        if not found:
+            raise EscapeRoutesError(f"no completed run with checkpoints/last.ckpt under {', '.join(args.paths)}")
+        results = [analyse_run(run, args.examples, planned) for run, planned in found]
+    except (EscapeRoutesError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     out = Path(args.out)
