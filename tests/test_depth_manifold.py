@@ -88,7 +88,8 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
     per_depth = pd.read_csv(out / "depth_manifold_per_depth.csv")
     assert per_depth["cos_next"].between(-1, 1).all()
     assert "spectral − rope" in printed and "| rope | 2 |" in printed
-    assert "| spectral − rope | depth more decodable beyond the trained depths: probe (ood) | says nothing (one pair" in printed
+    claim = "| spectral − rope | depth more decodable beyond the trained depths: probe (ood) | says nothing (one pair"
+    assert claim in printed
     assert (out / "depth_pca_rope.png").stat().st_size > 1000 and (out / "depth_pca_spectral.png").is_file()
 
 

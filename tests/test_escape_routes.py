@@ -100,7 +100,8 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
     assert len(pairs) == 4 * 2 * 8  # runs × layers × pairs (head dim 16)
     assert pairs.groupby(["run", "layer"])["share_weights"].sum().to_numpy() == pytest.approx(1.0, abs=1e-5)
     assert "single@0.1 − geometric" in printed and "| geometric | 2 − 0 |" in printed
-    assert "| geometric, γ 2 − 0 | low-frequency share grows with γ: low third (weights) | incomplete (1 of 3)" in printed
+    claim = "| geometric, γ 2 − 0 | low-frequency share grows with γ: low third (weights) | incomplete (1 of 3)"
+    assert claim in printed
     assert (out / "escape_routes.png").stat().st_size > 1000
 
 

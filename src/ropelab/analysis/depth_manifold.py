@@ -2,12 +2,12 @@
 recursion depths 10 and 11 are said to be nearly the same, while spectral RoPE unrolls depth into a spiral,
 ⟨v_10, v_11⟩ ≈ 0.
 
-    python -m ropelab.depth_manifold RUN_DIR [RUN_DIR …] --out DIR [--examples 256]
+    python -m ropelab.depth_manifold SWEEP_OR_RUN [SWEEP_OR_RUN …] --out DIR [--examples 256]
 
-For each dyck3 run folder (``config.yaml`` + ``checkpoints/last.ckpt``) it feeds ``--examples`` validation examples
-(in distribution, depths 1–``depth_max``) and as many of the OOD split (deeper nesting), both drawn with the run's
-seed as ``TaskDataModule`` draws them, and takes the residual stream after every block (``layer`` 1 … L; 0 = the
-embedded input) at every opening bracket of the prefix, labelled by the depth it opens (the number of brackets open
+For each completed dyck3 run (``config.yaml`` + ``checkpoints/last.ckpt``) under the given folders it feeds
+``--examples`` validation examples (in distribution, depths 1–``depth_max``) and as many of the OOD split (deeper
+nesting), both drawn with the run's seed as ``TaskDataModule`` draws them, and takes the residual stream after
+every block (``layer`` 1 … L; 0 = the embedded input) at every opening bracket of the prefix, labelled by the depth it opens (the number of brackets open
 once it is read). Per layer and split:
 
 * ``cos adjacent`` — the cosine of the mean states of depths d and d + 1, averaged over the adjacent pairs of the
@@ -243,7 +243,8 @@ def summary_tables(table: pd.DataFrame, reference: str) -> tuple[pd.DataFrame, p
 # The paper's claims, declared before the runs were read, on the last layer: (title, split, measure, direction of
 # scheme − reference the paper expects). Collapse: RoPE's depth-10 and depth-11 means nearly coincide, spectral's are
 # near-orthogonal (centred: the shared component left out); unrolled depth is decodable beyond the trained depths.
-CLAIMS = (("depths 10 and 11 further apart than with the reference: cos 10–11, centred (ood)", "ood", "cos_10_11_centred", -1),
+CLAIMS = (("depths 10 and 11 further apart than with the reference: cos 10–11, centred (ood)", "ood",
+           "cos_10_11_centred", -1),
           ("depth more decodable beyond the trained depths: probe (ood)", "ood", "probe", 1))
 
 

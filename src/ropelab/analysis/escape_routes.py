@@ -222,8 +222,9 @@ def tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
         for profile in sorted(set(runs["profile"]) - {"geometric"}):
             mine = relative_change(runs, profile, top, "exposure_weights")
             if mine:
+                change = paired_difference(mine, reference).text("{:+.3f}")
                 profiles.append({"profile": f"{profile} − geometric", "γ": f"{top:g}",
-                                 "relative exposure change (weights)": paired_difference(mine, reference).text("{:+.3f}")})
+                                 "relative exposure change (weights)": change})
     return (pd.DataFrame(cells).set_index("profile"), pd.DataFrame(diffs).set_index("profile"),
             pd.DataFrame(profiles).set_index("profile") if profiles else pd.DataFrame())
 

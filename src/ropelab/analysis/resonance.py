@@ -181,7 +181,8 @@ def analyse_run(run: Run, sweep: str, draws: int, threshold: float = THRESHOLD) 
     null = null_shares(omega[-1], distances, weights, draws, seed, threshold)
     final = resonance_share(omega[-1], distances, weights, threshold)
     return {"cell": cell_label(run, sweep), "run": str(run.path), "seed": seed, "steps": int(trace["steps"][-1]),
-            "pairs": int(omega[-1].size), "distance_min": float(distances.min()), "distance_max": float(distances.max()),
+            "pairs": int(omega[-1].size), "distance_min": float(distances.min()),
+            "distance_max": float(distances.max()),
             "share_init": resonance_share(omega[0], distances, weights, threshold), "share_final": final,
             "null_mean": float(finite_mean(null)), "p_vs_null": one_sided_p(final, null),
             "omega_drift": float(np.median(np.abs(omega[-1] / omega[0] - 1))), "_null": null}
@@ -197,7 +198,8 @@ def summarise(rows: list[dict[str, Any]]) -> pd.DataFrame:
     table = []
     for cell in dict.fromkeys(r["cell"] for r in rows):
         here = [r for r in rows if r["cell"] == cell]
-        diff = paired_difference({r["seed"]: r["share_final"] for r in here}, {r["seed"]: r["share_init"] for r in here})
+        diff = paired_difference({r["seed"]: r["share_final"] for r in here},
+                                 {r["seed"]: r["share_init"] for r in here})
         table.append({"cell": cell, "n": len(here), "steps": here[0]["steps"],
                       "distances": f"{here[0]['distance_min']:g}–{here[0]['distance_max']:g}",
                       "share at init": estimate(r["share_init"] for r in here).text("{:.3f}"),
@@ -227,7 +229,8 @@ def claim_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(out).set_index("cell")
 
 
-def write_md(table: pd.DataFrame, claims: pd.DataFrame, skipped: list[str], draws: int, threshold: float, path: Path) -> str:
+def write_md(table: pd.DataFrame, claims: pd.DataFrame, skipped: list[str], draws: int, threshold: float,
+             path: Path) -> str:
     lines = ["# Resonance of learned frequencies", "",
              f"Share of (pair, bridged distance) cases with cos(ω·N) ≥ {threshold:g} among those with ω·N ≥ π, at "
              f"init (step 0) and at the end of training; per cell mean [95 % t interval] (n seeds); end − init "
@@ -256,7 +259,8 @@ def plot(rows: list[dict[str, Any]], threshold: float, path: Path) -> None:
         here = [r for r in rows if r["cell"] == cell]
         null = np.concatenate([r["_null"] for r in here])
         lo, hi = np.nanpercentile(null, [2.5, 97.5])
-        ax.plot([lo, hi], [y, y], color="0.8", lw=6, solid_capstyle="butt", label="random spectrum 95 %" if y == 0 else None)
+        ax.plot([lo, hi], [y, y], color="0.8", lw=6, solid_capstyle="butt",
+                label="random spectrum 95 %" if y == 0 else None)
         ax.scatter([r["share_init"] for r in here], [y - 0.12] * len(here), s=14, color="0.4", marker="o",
                    label="init" if y == 0 else None)
         ax.scatter([r["share_final"] for r in here], [y + 0.12] * len(here), s=18, color="tab:red", marker="D",
@@ -286,7 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         usable, skipped = gather(args.paths)
         if not usable:
-            raise ResonanceError(f"no completed {' or '.join(BRIDGES)} run with a learned Ω under {', '.join(args.paths)}")
+            raise ResonanceError(f"no completed {' or '.join(BRIDGES)} run with a learned Ω under "
+                                 f"{', '.join(args.paths)}")
     except ResonanceError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -295,7 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]).to_csv(
         out / "resonance.csv", index=False, float_format="%.6g")
-    print(write_md(summarise(rows), claim_table(rows), skipped, args.draws, args.threshold, out / "resonance.md"), end="")
+    text = write_md(summarise(rows), claim_table(rows), skipped, args.draws, args.threshold, out / "resonance.md")
+    print(text, end="")
     plot(rows, args.threshold, out / "resonance.png")
     print(f"wrote {out / 'resonance.md'}, resonance.csv, resonance.png")
     return 0

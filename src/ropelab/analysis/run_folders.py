@@ -25,7 +25,8 @@ def completed(run_dir: Path) -> bool:
 
 def planned_seeds(sweep: Path) -> int | None:
     """The number of seeds ``sweep/multirun.yaml`` lists (a comma-separated list of integers), else None."""
-    params = ((read_yaml(Path(sweep) / "multirun.yaml") or {}).get("hydra", {}).get("sweeper") or {}).get("params") or {}
+    hydra = (read_yaml(Path(sweep) / "multirun.yaml") or {}).get("hydra") or {}
+    params = (hydra.get("sweeper") or {}).get("params") or {}
     seeds = str(params.get("seed", "")).split(",")
     try:
         return len({int(s) for s in seeds})
