@@ -303,7 +303,7 @@ def plot_scheme(result: dict[str, Any], path: Path) -> None:
 
     data = result["_states"]
     layers = data["id"][0].shape[0]
-    fig, axes = plt.subplots(1, layers, figsize=(3.1 * layers, 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, layers, figsize=(3.3 * layers, 3.3), squeeze=False, layout="constrained")
     top = int(max(d[1].max() for d in data.values()))
     for layer, ax in enumerate(axes[0]):
         x = np.concatenate([data[s][0][layer] for s in data])
