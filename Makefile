@@ -28,7 +28,8 @@ test-all: $(STAMP) $(VENV)/hf/.installed
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
 
-# Mutation testing of the core math (README "Testing"; tools/mutate.py, [tool.mutmut] in pyproject.toml): mutmut
+# Mutation testing of the core math (README "ropelab", its Mutation testing paragraph; tools/mutate.py, [tool.mutmut]
+# in pyproject.toml): mutmut
 # on a scratch copy of HEAD in build/mutate/, each mutant against the fast tests of its module; writes
 # results/mutation/{README.md,summary.json} (commit them). Slow (hours on 2 shared cores), kept out of CI, resumable:
 # run it again and only unchecked mutants run. ARGS="--max-children 2", "--only 'ropelab.core.positional.*'",
@@ -41,6 +42,16 @@ $(MUTATE_STAMP): pyproject.toml $(STAMP)
 
 mutate: $(MUTATE_STAMP)
 	$(PY) tools/mutate.py $(ARGS)
+
+# Retrain JOBS of a committed table's records (default 3, the fastest-trained; JOBS=all) from their own config.yaml
+# into runs/reproduce/ and compare: bit-identical metrics.csv on the CPU kind that made them, else within the table's
+# seed spread (README, "Sweeps and reports"); nothing under results/ changes. E.g. make reproduce TABLE=bifocal_table1
+# JOBS=1
+.PHONY: reproduce
+TABLE ?=
+JOBS  ?= 3
+reproduce: $(STAMP)
+	$(PY) -m ropelab.reproduce $(TABLE) --jobs $(JOBS) $(ARGS)
 
 # ---- sweeps and reports (README, "Sweeps and reports"). LAUNCHER=joblib runs jobs in parallel on this
 # machine, LAUNCHER=slurm submits them to SLURM, LAUNCHER=packed trains same-shape jobs (seeds, γ, learning
@@ -218,6 +229,12 @@ report: $(STAMP)
 	@test -n "$(SWEEP)" || { echo "usage: make report SWEEP=runs/<name> [ARGS='--out DIR']" >&2; exit 2; }
 	$(PY) -m ropelab.report $(SWEEP) $(ARGS)
 
+# Every declared paper claim (conf/claims/) decided from the committed records, and README's claims tables
+# rewritten from them (issue 36): make claims [ARGS=--check].
+.PHONY: claims
+claims: $(STAMP)
+	$(PY) -m ropelab.claims --write-readme $(ARGS)
+
 # Upload the offline W&B runs (logger=wandb without WANDB_MODE) under SWEEP, default runs/:
 # make sync [SWEEP=runs/<name>] [ARGS=--dry-run]. Needs network and `.venv/bin/wandb login` once; W&B skips
 # runs it has uploaded already.
@@ -308,3 +325,27 @@ extrapolation-demo: $(STAMP)
 	  $(PY) train.py task=dyck3 pos=$$p seed=0 trainer.threads=1 hydra.run.dir=$(DEMO)_dyck3/$${p}_s0 $(ARGS) || exit 1; \
 	done; \
 	$(PY) -m ropelab.extrapolate $(DEMO)_dyck3 --factors 1 2 4 --out $(DEMO)_dyck3/extrapolation
+
+# The benchmark card (issue 37; README "Benchmark card"; src/ropelab/experiments/card.py): one scheme on every task of
+# conf/card/suite.yaml against the baselines, verdict per task. make card POS=<scheme> [TASKS=a,b]
+# [ARGS="pos.<option>=…"] checks POS, TASKS and ARGS first, trains only that scheme's missing jobs into
+# results/card/<task>/ (ARGS beyond pos.* and how jobs run: a trial, into runs/card_trial/), then writes
+# results/card/cards/<pos=…>/card.md. card-baselines: every scheme of conf/pos/ (the table a card compares with),
+# then results/card/report/cross_table.md. card-plan: the suite's plan block (n, MDE) from the calibration records;
+# card-cost: CPU-hours of the table and of one card from recorded wall times. E.g. make card POS=rope
+# ARGS="pos.momentum.gamma=0.5" LAUNCHER=joblib (add trainer.threads=1 to ARGS on these 2 cores)
+.PHONY: card card-baselines card-plan card-cost
+POS   ?=
+TASKS ?=
+card: $(STAMP)
+	@test -n "$(POS)" || { echo "usage: make card POS=<scheme> [TASKS=a,b] [ARGS=\"pos.<option>=…\"] (schemes: $$(ls conf/pos | sed 's/\.yaml$$//' | tr '\n' ' '))" >&2; exit 2; }
+	$(PY) -m ropelab.card score $(POS) --tasks "$(TASKS)" --args "$(ARGS) $(SWEEP_LAUNCHER)"
+
+card-baselines: $(STAMP)
+	$(PY) -m ropelab.card baselines --tasks "$(TASKS)" --args "$(ARGS) $(SWEEP_LAUNCHER)"
+
+card-plan: $(STAMP)
+	$(PY) -m ropelab.card plan
+
+card-cost: $(STAMP)
+	$(PY) -m ropelab.card cost

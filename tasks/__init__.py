@@ -31,11 +31,10 @@ def build(name: str, **params) -> Task:
     if name not in classes:
         raise ConfigError(f"task={name!r} is unknown: choose one of {', '.join(classes)}")
     cls = classes[name]
-    try:
-        return cls(**params)
-    except TypeError as err:  # an unexpected keyword: name it and list what the task takes
-        allowed = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-        raise ConfigError(f"task.{name}: {err}; valid keys: {', '.join(allowed)}") from None
+    allowed = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    if unknown := [k for k in params if k not in allowed]:  # before the call: its TypeError names the class
+        raise ConfigError(f"task.{unknown[0]} is not an option of task={name}: valid keys are {', '.join(allowed)}")
+    return cls(**params)
 
 
 def from_config(task_cfg: Mapping[str, Any], ood: bool = False) -> Task:

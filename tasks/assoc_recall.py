@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropelab.core.errors import require, require_int
+from ropelab.core.errors import require, require_int, require_ordered
 from tasks.base import BOS, IGNORE, PAD, Task, pack
 
 
@@ -30,7 +30,7 @@ class AssocRecall(Task):
         require_int(n_keys, "task.n_keys", 1)
         require_int(n_values, "task.n_values", 1)
         require_int(pairs_min, "task.pairs_min", 1)
-        require_int(pairs_max, "task.pairs_max", pairs_min, f"an integer >= task.pairs_min ({pairs_min})")
+        require_ordered(pairs_min, pairs_max, "task.pairs_min", "task.pairs_max")
         require(pairs_max <= n_keys, "task.pairs_max", pairs_max,
                 f"at most task.n_keys ({n_keys}): the keys of one example are distinct")
         require_int(n_queries, "task.n_queries", 1)

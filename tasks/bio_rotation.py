@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropelab.core.errors import require, require_int
+from ropelab.core.errors import require, require_int, require_ordered
 from tasks.base import BOS, PAD, Task, pack
 
 BASES = "ACGT"
@@ -30,7 +30,7 @@ class BioRotation(Task):
                  group_bin: int = 25):
         require_int(motif_len, "task.motif_len", 1)
         require_int(gap_min, "task.gap_min", 0)
-        require_int(gap_max, "task.gap_max", gap_min, f"an integer >= task.gap_min ({gap_min})")
+        require_ordered(gap_min, gap_max, "task.gap_min", "task.gap_max")
         require(noise in ("lower", "same"), "task.noise", noise, "one of lower, same")
         require_int(group_bin, "task.group_bin", 1)
         self.motif_len, self.gap_min, self.gap_max, self.noise, self.group_bin = motif_len, gap_min, gap_max, noise, group_bin

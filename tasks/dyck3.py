@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropelab.core.errors import require, require_int
+from ropelab.core.errors import require, require_int, require_ordered
 from tasks.base import BOS, PAD, Task, pack
 
 OPEN, CLOSE = "([{", ")]}"
@@ -30,7 +30,7 @@ class Dyck3(Task):
 
     def __init__(self, depth_min: int = 1, depth_max: int = 8, len_min: int = 8, len_max: int = 48):
         require_int(depth_min, "task.depth_min", 1)
-        require_int(depth_max, "task.depth_max", depth_min, f"an integer >= task.depth_min ({depth_min})")
+        require_ordered(depth_min, depth_max, "task.depth_min", "task.depth_max")
         require_int(len_min, "task.len_min", 1)
         require_int(len_max, "task.len_max", max(len_min + 1, depth_max),
              f"an integer > task.len_min ({len_min}) and >= task.depth_max ({depth_max}), at most 1000")

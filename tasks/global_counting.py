@@ -21,7 +21,7 @@ import string
 
 import numpy as np
 
-from ropelab.core.errors import require, require_int
+from ropelab.core.errors import require, require_int, require_ordered
 from tasks.base import BOS, PAD, Task, pack
 
 
@@ -32,7 +32,7 @@ class GlobalCounting(Task):
     def __init__(self, len_min: int = 16, len_max: int = 64, n_symbols: int = 4, max_count: int = 128,
                  group_bin: int = 8):
         require_int(len_min, "task.len_min", 1)
-        require_int(len_max, "task.len_max", len_min, f"an integer >= task.len_min ({len_min})")
+        require_ordered(len_min, len_max, "task.len_min", "task.len_max")
         require_int(n_symbols, "task.n_symbols", 1, "an integer in 1..26")
         require(n_symbols <= 26, "task.n_symbols", n_symbols, "an integer in 1..26")
         require_int(max_count, "task.max_count", len_max,

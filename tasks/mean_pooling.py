@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropelab.core.errors import require, require_int
+from ropelab.core.errors import require, require_int, require_ordered
 from tasks.base import BOS, PAD, Task, pack
 
 
@@ -36,7 +36,7 @@ class MeanPooling(Task):
     def __init__(self, len_min: int = 8, len_max: int = 64, n_values: int = 10, dist: str = "mixed",
                  group_bin: int = 8):
         require_int(len_min, "task.len_min", 1)
-        require_int(len_max, "task.len_max", len_min, f"an integer >= task.len_min ({len_min})")
+        require_ordered(len_min, len_max, "task.len_min", "task.len_max")
         require_int(n_values, "task.n_values", 2)
         require(dist in ("mixed", "uniform"), "task.dist", dist, "one of mixed, uniform")
         require_int(group_bin, "task.group_bin", 1)

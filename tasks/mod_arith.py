@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropelab.core.errors import require, require_int
+from ropelab.core.errors import require, require_int, require_ordered
 from tasks.base import BOS, PAD, Task, pack
 
 
@@ -29,9 +29,9 @@ class ModArith(Task):
         require_int(modulus, "task.modulus", 2)
         require(modulus <= 1000, "task.modulus", modulus, "an integer in 2..1000")
         require_int(terms_min, "task.terms_min", 1)
-        require_int(terms_max, "task.terms_max", terms_min, f"an integer >= task.terms_min ({terms_min})")
+        require_ordered(terms_min, terms_max, "task.terms_min", "task.terms_max")
         require_int(operand_min, "task.operand_min", 0)
-        require_int(operand_max, "task.operand_max", operand_min, f"an integer >= task.operand_min ({operand_min})")
+        require_ordered(operand_min, operand_max, "task.operand_min", "task.operand_max")
         require(operand_max <= 1000, "task.operand_max", operand_max, "at most 1000")
         self.modulus, self.terms_min, self.terms_max = modulus, terms_min, terms_max
         self.operand_min, self.operand_max = operand_min, operand_max

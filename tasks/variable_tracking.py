@@ -27,7 +27,7 @@ import string
 
 import numpy as np
 
-from ropelab.core.errors import require, require_int
+from ropelab.core.errors import require, require_int, require_ordered
 from tasks.base import BOS, PAD, Task, pack
 
 NAMES = string.ascii_lowercase + string.ascii_uppercase
@@ -42,7 +42,7 @@ class VariableTracking(Task):
                  n_values: int = 10, format: str = "equals"):
         require(format in FORMATS, "task.format", format, f"one of {', '.join(FORMATS)}")
         require_int(chain_min, "task.chain_min", 1)
-        require_int(chain_max, "task.chain_max", chain_min, f"an integer >= task.chain_min ({chain_min})")
+        require_ordered(chain_min, chain_max, "task.chain_min", "task.chain_max")
         require_int(n_distractors, "task.n_distractors", 0)
         require_int(n_vars, "task.n_vars", 1, f"an integer in 1..{len(NAMES)}")
         require(n_vars <= len(NAMES), "task.n_vars", n_vars, f"an integer in 1..{len(NAMES)}")

@@ -1,19 +1,18 @@
-"""The README's first screen (issue 24): its tally of the papers' claims says what the claims tables below it say,
-claim by claim, in the same order, and its counts add up."""
+"""The README's first screen (issues 24, 36): its tally of the papers' claims says what the generated claims tables
+below it say, claim by claim, in the same order, and its counts add up."""
 
 import re
 from collections import Counter
 
 from conftest import ROOT
 
-README = (ROOT / "README.md").read_text()
-CLAIMS = {  # the tally's paper → the section whose claims table (the first headed "| claim (paper)") it tallies
-    "Bifocal": "### The Bifocal paper's claims against ours", "PoPE": "### The PoPE paper's claims against ours",
-    "Momentum": "### The Momentum paper's claims against ours", "length": "### Length extrapolation (issue 25)"}
+from ropelab.analysis.verdict import WORDS
 
-# the headline's plural phrases for the tables' verdict words
-HEADLINE_WORDS = {"say nothing (task not learned)": "says nothing",
-                  "weakly in the paper's direction": "direction as the paper's, weakly"}
+README = (ROOT / "README.md").read_text()
+CLAIMS = {  # the tally's paper → the section whose generated claims table it tallies
+    "Bifocal": "### The Bifocal paper's claims against ours", "PoPE": "### The PoPE paper's claims against ours",
+    "Momentum": "### The Momentum paper's claims against ours", "Length": "### Length extrapolation (issue 25)"}
+GENERATED = "| claim (paper) | verdict (computed) |"
 
 
 def _rows(text: str, after: str, header: str = "|") -> list[list[str]]:
@@ -29,23 +28,22 @@ def _rows(text: str, after: str, header: str = "|") -> list[list[str]]:
 
 
 def _verdict(cell: str) -> str:
-    """A claims table's verdict: its first bold phrase ("**not reproduced**: …"), or "not run" for "—"."""
-    bold = re.search(r"\*\*(.+?)\*\*", cell)
-    return bold.group(1) if bold else ("not run" if cell.strip() == "—" else cell)
+    """A generated claims table's verdict: the rule's word its cell starts with ("no difference detected: …")."""
+    return next(word for word in sorted(WORDS, key=len, reverse=True) if cell.startswith(word))
 
 
 def test_the_tally_says_what_the_claims_tables_say():
-    tables = [(paper, _verdict(row[2])) for paper, heading in CLAIMS.items()
-              for row in _rows(README, heading, "| claim (paper)")]
+    tables = [(paper, _verdict(row[1])) for paper, heading in CLAIMS.items()
+              for row in _rows(README, heading, GENERATED)]
     tally = [(re.sub(r"\[(.+?)\]\(.+?\)", r"\1", row[0]), row[2]) for row in _rows(README, "| paper | claim | verdict |")]
     assert [verdict for _, verdict in tally] == [verdict for _, verdict in tables]
-    assert all(paper in said for (said, _), (paper, _) in zip(tally, tables))  # "PoPE, length" for the length table
-    headline = re.search(r"\*\*The papers' (\d+) claims at our size and budget[^:*]*: (.+?)\*\*", README.replace("\n", " "))
+    assert all(said == paper for (said, _), (paper, _) in zip(tally, tables))
+    headline = re.search(r"\*\*(\d+) claims computed from the records[^:*]*: (.+?)\*\*", README.replace("\n", " "))
     assert int(headline.group(1)) == len(tables)
     said = Counter()
     for item in headline.group(2).split(" · "):
-        count, phrase = item.split(" ", 1)
-        said[HEADLINE_WORDS.get(phrase, phrase)] += int(count)
+        count, word = item.split(" ", 1)
+        said[word] += int(count)
     assert said == Counter(verdict for _, verdict in tables)
 
 

@@ -7,17 +7,20 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import ROOT, TINY, run_train
-from ropelab.core import runs
+from ropelab.core import identity, runs
 from ropelab.core.callbacks import KillAtStep
 from ropelab.core.train import INTERRUPTED_EXIT, record_plan
 
 
 def plan(*overrides, sweep=True):
     """Where ropelab.core.train.main would record the job these command-line overrides make (the overrides are that
-    job's, as Hydra hands them to it), and why not."""
+    job's, as Hydra hands them to it), and why not. The settings it computes with are taken to be its table's
+    records' (this machine's threads, precision… are test_identity's)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    record_dir, why = record_plan(cfg, cfg.hydra, ROOT / "runs" / "x" / "job", sweep)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(identity, "trial_reason", lambda *args: "")
+        record_dir, why = record_plan(cfg, cfg.hydra, ROOT / "runs" / "x" / "job", sweep)
     return (str(record_dir.parent) if record_dir else None), why
 
 

@@ -54,6 +54,7 @@ def test_cells_at_the_floor_or_the_ceiling_say_nothing():
     assert one_side.word == "reproduced", "only one side at the floor still ranks them"
     single = V.paired({0: 0.9}, {0: 0.1}, direction=+1)
     assert single.word == "says nothing" and single.low is None and single.mde is None
+    assert V.render(V.paired({0: 0.30}, {0: 0.38}, direction=-1)) == "says nothing (one pair: no interval): −0.080, n = 1"
 
 
 def test_fewer_pairs_than_planned_are_incomplete_and_none_not_run():

@@ -12,6 +12,12 @@ before the runs and the level that counts as learned. Forms:
 * ``composite`` — several named ``parts`` (each any form, inheriting the claim's keys): "partly" when they
   disagree.
 
+``direction``: +1 the paper expects A > B, −1 A < B, 0 no difference ("barely changes"). ``drop`` ({axis, from,
+to}) turns each cell into its seeds' relative drop between two settings of an axis. Besides run records
+(``results/<table>/<run>/``), two analysis tables read as records: ``<table>/extrapolation`` (``ropelab.extrapolate``:
+loss per run × variant × length) and ``<table>/freq_usage`` (``ropelab.freq_usage``: high-frequency share per run ×
+layer × side), each carrying its run's machine and commit.
+
 The protocol is enforced here, not remembered: a comparison whose records ran at more than one commit or on more
 than one CPU kind is refused, with the line that says so, unless the claim's ``equivalent`` says why they may be
 pooled; seeds that also ran in a calibration of the same config (``calibration``: table and selection) are flagged;
@@ -37,13 +43,14 @@ import tasks
 
 from ropelab.analysis import verdict as V
 from ropelab.analysis.guess import guess_accuracy
+from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import onset_step, sawtooth, train_loss
 from ropelab.core.config import flatten
 from ropelab.core.errors import ConfigError
 
 FORMS = ("paired", "level", "trend", "composite")
 METRICS = ("val/acc", "val/exact", "val/loss", "test/acc", "test/exact", "test/loss", "ood/acc", "ood/exact",
-           "ood/loss", "attention/local_mass", "attention/local_mass_over_uniform", "onset", "phase/alternation")
+           "ood/loss", "attention/local_mass", "attention/local_mass_over_uniform", "onset", "phase/alternation", "eval/loss", "eval/loss_growth", "freq/high_share")
 ACCURACIES = {"val/acc", "val/exact", "test/acc", "test/exact", "ood/acc", "ood/exact"}
 CLAIM_KEYS = {"id", "claim", "says", "form", "table", "where", "a", "b", "metric", "direction", "seeds", "learned",
               "floor", "ceiling", "margin", "threshold", "axis", "values", "parts", "name", "equivalent",
@@ -116,7 +123,60 @@ def read_records(results: Path) -> dict[str, list[Record]]:
         table = d.parent.relative_to(results).as_posix()
         tables.setdefault(table, []).append(Record(table, d.name, config, summary, d))
         dirnames[:] = []
+    for csv in sorted(results.glob("*/extrapolation/extrapolation.csv")):
+        table = csv.parent.relative_to(results).as_posix()
+        tables[table] = evaluation_records(csv, table, results)
+    for csv in sorted(results.glob("*/freq_usage/freq_usage.csv")):
+        table = csv.parent.relative_to(results).as_posix()
+        tables[table] = freq_usage_records(csv, table, results)
     return tables
+
+
+def _run_record(results: Path, run: str) -> tuple[Path, dict, dict]:
+    """(record folder, its summary, its flat config) of the run an analysis table names (``runs/<table>/<run>``
+    is recorded as ``results/<table>/<run>``); empty where it is not recorded."""
+    source = Path(run)
+    folder = results / source.parent.name / source.name
+    summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
+    config = flatten(yaml.safe_load((folder / "config.yaml").read_text())) if (folder / "config.yaml").is_file() else {}
+    return folder, summary, config
+
+
+def freq_usage_records(csv: Path, table: str, results: Path) -> list[Record]:
+    """``ropelab.freq_usage``'s table as records: one per run × layer × side (q / k), its metric ``freq/high_share``
+    (the share of the heads' mean norm in the highest-frequency third of the channels, ``freq_usage.high_share``)."""
+    from ropelab.analysis.freq_usage import high_share  # imports torch: only when a table has frequency usage
+
+    rows = pd.read_csv(csv)
+    rows = rows[rows["head"].astype(str) == "mean"]
+    out = []
+    for (run, layer, side), group in rows.groupby(["run", "layer", "side"], sort=True):
+        folder, summary, config = _run_record(results, run)
+        share = high_share(group["norm"].to_numpy(float), group["freq"].to_numpy(float))
+        config = {**config, "layer": int(layer), "side": side}
+        out.append(Record(table, f"{Path(run).name} layer {layer} {side}", config,
+                          {**summary, "final": {"freq/high_share": share}}, folder))
+    return out
+
+
+def evaluation_records(csv: Path, table: str, results: Path) -> list[Record]:
+    """``ropelab.extrapolate``'s table as records: one per run × variant (``label``) × length ``factor``, its metrics
+    ``eval/loss`` and ``eval/loss_growth`` (the loss minus the same run's at 1×), its machine and commit those of the
+    run's own record (``results/<table>/<run>/summary.json``)."""
+    rows = pd.read_csv(csv)
+    runs = {run: _run_record(results, run) for run in rows["run"].unique()}
+    at_1x = rows[rows["factor"] == 1.0].set_index(["label", "seed"])["loss"].to_dict()
+    out = []
+    for row in rows.itertuples(index=False):
+        record_dir, summary, run = runs[row.run]
+        source = Path(row.run)
+        base = at_1x.get((row.label, row.seed), math.nan)
+        summary = {**summary, "final": {"eval/loss": float(row.loss), "eval/loss_growth": float(row.loss) - base}}
+        config = {"task.name": row.task, "pos.name": row.pos, "label": row.label, "seed": int(row.seed),
+                  "factor": float(row.factor), "trainer.max_steps": run.get("trainer.max_steps"),
+                  "data.batch_size": run.get("data.batch_size")}
+        out.append(Record(table, f"{source.name} {row.label} ×{row.factor:g}", config, summary, record_dir))
+    return out
 
 
 def _same(value: Any, wanted: Any) -> bool:
@@ -225,9 +285,11 @@ def validate(claim: Claim, tables: dict[str, list[Record]]) -> None:
         raise ConfigError(f"{where}: a level claim needs threshold")
     if form == "trend" and not (claim.get("axis") and claim.get("values")):
         raise ConfigError(f"{where}: a trend claim needs axis and values")
-    for key in (claim.get("equivalent") or {}):
+    for key, why in (claim.get("equivalent") or {}).items():
         if key not in EQUIVALENT_KEYS:
             raise _bad(where, "equivalent key", key, sorted(EQUIVALENT_KEYS))
+        if not isinstance(why, str) or not why.strip():
+            raise ConfigError(f"{where}: equivalent {key} needs the reason they may be pooled, as a sentence")
     for cal in claim.get("calibration") or []:
         if cal.get("table") not in tables:
             raise _bad(where, "calibration table", cal.get("table"), sorted(t for t in tables if t.startswith("calibration")))
@@ -255,13 +317,14 @@ class Decided:
 
     def conditions(self) -> str:
         recs = self.records
+        planned = self.claim.get("seeds") or self.claim.parts[0].get("seeds")
         if not recs:
-            return ""
+            table = self.claim.get("table") or self.claim.parts[0].get("table")
+            return f"results/{table}: no record of these cells yet; seeds {_spans(sorted(planned))} planned"
         parts = [", ".join(sorted({f"results/{r.table}" for r in recs})),
                  " / ".join(sorted({r.budget for r in recs})),
                  " / ".join(sorted({r.cpu for r in recs})),
                  "commit " + ", ".join(sorted({r.commit for r in recs}))]
-        planned = self.claim.get("seeds") or self.claim.parts[0].get("seeds")
         run = sorted({r.seed for r in recs})
         parts.append(f"seeds {_spans(run)} ({len(run)} of {len(planned)} planned)")
         return "; ".join(parts + self.flags)
@@ -373,15 +436,119 @@ def decide(claim: Claim, tables: dict[str, list[Record]]) -> Decided:
 
 
 def scale_of(claim: Claim) -> tuple[float, str]:
-    metric = claim.get("metric") if claim.spec.get("form") != "composite" else claim.parts[0].get("metric")
-    return (100.0, " pts") if metric in ACCURACIES else (1.0, "")
+    """(factor, unit) the claim's numbers are written in: accuracies in points, relative drops in %."""
+    leaf = claim if claim.spec.get("form") != "composite" else claim.parts[0]
+    if leaf.get("drop"):
+        return 100.0, " %"
+    return (100.0, " pts") if leaf.get("metric") in ACCURACIES else (1.0, "")
 
 
 def render(decided: Decided) -> str:
     scale, unit = scale_of(decided.claim)
+    if decided.claim.spec.get("form") == "trend":
+        unit = f"{unit} per step of {decided.claim.get('axis').rsplit('.', 1)[-1]}"
     return V.render(decided.verdict, unit, scale)
 
 
 def decide_all(root: Path) -> list[Decided]:
+    """Every declared claim decided, papers in README's order."""
     tables = read_records(root / "results")
-    return [decide(c, tables) for c in load_claims(root / "conf" / "claims", tables)]
+    claims = load_claims(root / "conf" / "claims", tables)
+    order = list(PAPERS)
+    claims.sort(key=lambda c: order.index(c.paper) if c.paper in order else len(order))
+    return [decide(c, tables) for c in claims]
+
+
+# ----------------------------------------------------------------------------------------------- README
+
+PAPERS = {"Bifocal": "the-bifocal-papers-claims-against-ours", "PoPE": "the-pope-papers-claims-against-ours",
+          "Momentum": "the-momentum-papers-claims-against-ours", "Length": "length-extrapolation-issue-25"}
+COMMAND = "python -m ropelab.claims --write-readme"
+
+
+def tally(decided: list[Decided]) -> str:
+    counts: dict[str, int] = {}
+    for d in decided:
+        counts[d.verdict.word] = counts.get(d.verdict.word, 0) + 1
+    return " · ".join(f"{counts[w]} {w}" for w in V.WORDS if w in counts)
+
+
+def _table(rows: list[dict], index: str) -> str:
+    """A pipe table whose rule line is not padded either: a row that grows leaves every other line as it was."""
+    lines = markdown_table(pd.DataFrame(rows).set_index(index), index).split("\n")
+    lines[1] = "|" + "---|" * (lines[0].count("|") - 1)
+    return "\n".join(lines)
+
+
+def summary_block(decided: list[Decided]) -> str:
+    """README's first screen: the tally, and one row per claim with its verdict word."""
+    rows, last = [], None
+    for d in decided:
+        paper = d.claim.paper
+        label = f"[{paper}](#{PAPERS[paper]})" if paper != last and paper in PAPERS else paper
+        last = paper
+        rows.append({"paper": label, "claim": d.claim.spec["claim"], "verdict": d.verdict.word})
+    table = _table(rows, "paper")
+    return (f"**{len(decided)} claims computed from the records by `python -m ropelab.claims` "
+            f"(`conf/claims/`): {tally(decided)}**\n\n{table}")
+
+
+def paper_block(decided: list[Decided], paper: str) -> str:
+    """A paper's section: per claim the paper's statement, the verdict with its numbers, the conditions."""
+    rows = [{"claim (paper)": d.claim.spec["claim"] + (f" — {d.claim.spec['says']}" if d.claim.spec.get("says") else ""),
+             "verdict (computed)": render(d), "conditions (from the records)": d.conditions()}
+            for d in decided if d.claim.paper == paper]
+    return _table(rows, "claim (paper)")
+
+
+def blocks(decided: list[Decided]) -> dict[str, str]:
+    papers = list(dict.fromkeys(d.claim.paper for d in decided))
+    return {"summary": summary_block(decided), **{p.lower(): paper_block(decided, p) for p in papers}}
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return (f"<!-- claims:{name} (generated by `{COMMAND}`; edit conf/claims/, not this table) -->",
+            f"<!-- /claims:{name} -->")
+
+
+def with_blocks(readme: str, generated: dict[str, str]) -> str:
+    """``readme`` with the text between each block's markers replaced by the generated one; a block whose markers
+    are missing is a ConfigError naming it."""
+    for name, text in generated.items():
+        start, end = _markers(name)
+        head, sep, rest = readme.partition(start)
+        _, sep2, tail = rest.partition(end)
+        if not (sep and sep2):
+            raise ConfigError(f"README has no markers for the claims block {name!r}: add the lines {start!r} and {end!r}")
+        readme = f"{head}{start}\n{text}\n{end}{tail}"
+    return readme
+
+
+def lines(decided: list[Decided]) -> list[str]:
+    return [f"{d.claim.paper} | {d.claim.spec['claim']} | {render(d)} | {d.conditions()}" for d in decided]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(description="Every declared paper claim (conf/claims/) decided from the records.")
+    p.add_argument("--root", type=Path, default=Path("."), help="the checkout (conf/claims/, results/, README.md)")
+    p.add_argument("--write-readme", action="store_true", help="rewrite README's generated claims blocks")
+    p.add_argument("--check", action="store_true", help="exit 1 when README's claims blocks differ from the records")
+    args = p.parse_args(argv)
+    try:
+        decided = decide_all(args.root)
+        readme_path = args.root / "README.md"
+        readme = readme_path.read_text()
+        updated = with_blocks(readme, blocks(decided))
+    except ConfigError as err:
+        print(f"error: {err}")
+        return 2
+    print("\n".join(lines(decided)))
+    print(f"\n{len(decided)} claims: {tally(decided)}")
+    if args.write_readme and updated != readme:
+        readme_path.write_text(updated)
+        print(f"wrote {readme_path}")
+    if args.check and updated != readme:
+        print(f"README's claims blocks differ from the records: run `{COMMAND}`")
+        return 1
+    return 0

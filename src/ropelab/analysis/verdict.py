@@ -6,13 +6,16 @@ reads the 95 % t interval of the mean difference A − B against the direction t
 
 * no records on either side                        → **not run**
 * fewer pairs than the seeds planned before the runs → **incomplete** (k of n), with the interval so far
-* fewer than two pairs (no interval) or every compared cell within ``margin`` of its floor or ceiling (a task
-  that nothing learns, or everything saturates, cannot rank A and B) → **says nothing**
+* fewer than two pairs (no interval), or both compared cells (their means) within ``margin`` of the floor, or
+  both of the ceiling (a task that nothing learns, or everything saturates, cannot rank A and B) → **says nothing**
 * interval excludes 0 on the paper's side           → **reproduced**
 * interval excludes 0 on the other side             → **opposite**
 * interval includes 0                               → **no difference detected**, with the MDE: the smallest
   |A − B| a paired t test on n pairs of this spread detects with 80 % power at two-sided α = .05
 * a composite of several such parts                 → the parts' common word, or **partly** when they disagree
+
+A paper that expects no difference (direction 0, "barely changes") gets **opposite** when the interval excludes 0
+and **no difference detected** (with its MDE) when it does not.
 
 Beside the mean, where seeds split into learned (≥ ``learned``) and not, the solve rates of A and B with Fisher's
 exact test between them: a mean over a 99 / 98 / 58 / 62 / 98 % split says less than the 3-of-5 beside it.
@@ -193,7 +196,7 @@ def composite(parts: Iterable[tuple[str, Verdict]]) -> Verdict:
 
 def _decimals(v: Verdict) -> int:
     spread = [abs(x) for x in ((v.high - v.low) / 2 if v.low is not None else None, v.mde, v.diff)
-              if x is not None and math.isfinite(x) and x > 0]
+              if x is not None and math.isfinite(x) and x != 0]
     if not spread:
         return 1
     return max(1, 1 - math.floor(math.log10(spread[0])))  # two significant digits of the half-width
@@ -228,6 +231,9 @@ def render(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None 
     """The verdict words and numbers in one line, e.g. "no difference detected: −2.5 [−22.4, +17.4], n = 3
     (MDE 31.0)"; ``scale`` multiplies the numbers (100 for accuracies stored as fractions, with unit " pts")."""
     if v.parts:
+        reasons = {part.reason for _, part in v.parts}
+        if v.word == "refused" and len(reasons) == 1 and all(part.word == "refused" for _, part in v.parts):
+            return f"refused (all {len(v.parts)} parts): {reasons.pop()}"
         inner = "; ".join(f"{name}: {render(part, unit, scale, decimals)}" for name, part in v.parts)
         head = {"incomplete": f"incomplete ({v.n} of {v.planned} pairs)", "not run": f"not run (0 of {v.planned})"
                 }.get(v.word, v.word)

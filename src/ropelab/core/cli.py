@@ -9,8 +9,12 @@ missing one only when that sweep job starts, after the others trained), and ever
 
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import Path
+
+# registers ${ropelab_job_name_excludes:}, which conf/config.yaml names
+from ropelab.core import identity  # noqa: F401,E402
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout: src/ropelab/core/cli.py
 CONF_DIR = REPO / "conf"
@@ -99,6 +103,8 @@ def _check_keys_exist(groups: list[str], keys: list[str]) -> None:
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(cfg, parent) if parent else cfg
         if node is None or not OmegaConf.is_dict(node) or leaf not in node:
-            valid = ", ".join(map(str, node.keys())) if OmegaConf.is_dict(node) else "(none)"
-            _fail(f"{key} is not a known key (add it with +{key}=… if you mean to): valid keys under "
-                  f"{parent or 'the root'} are {valid}")
+            # no "+key=…" hint: the schema, the task and the scheme take no key they do not know either
+            names = list(map(str, node.keys())) if OmegaConf.is_dict(node) else []
+            close = [f"{parent}.{c}" if parent else c for c in difflib.get_close_matches(leaf, names, n=1)]
+            _fail(f"{key} is not a known key{f' (did you mean {close[0]}?)' if close else ''}: valid keys "
+                  f"under {parent or 'the root'} are {', '.join(names) or '(none)'}")

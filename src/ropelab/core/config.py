@@ -26,19 +26,23 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: str(node) if isinstance(node, list) else node}
 
 
-def compose(overrides: Sequence[str] = ()) -> DictConfig:
-    """conf/config.yaml composed with ``overrides`` (``task=mod_arith``, ``pos.base=500`` …) as train.py composes
-    it. The task's and the scheme's ``name`` are the chosen files' names, which conf/config.yaml takes from
-    Hydra's ``runtime.choices``: only a Hydra job can resolve that, so they are filled in here."""
+def compose_with_hydra(overrides: Sequence[str] = ()) -> DictConfig:
+    """conf/config.yaml composed with ``overrides``, its ``hydra`` section kept (a preset's sweep axes)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     if GlobalHydra.instance().is_initialized():  # inside a caller's initialize_config_dir
-        cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
-    else:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
+        return hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def compose(overrides: Sequence[str] = ()) -> DictConfig:
+    """conf/config.yaml composed with ``overrides`` (``task=mod_arith``, ``pos.base=500`` …) as train.py composes
+    it. The task's and the scheme's ``name`` are the chosen files' names, which conf/config.yaml takes from
+    Hydra's ``runtime.choices``: only a Hydra job can resolve that, so they are filled in here."""
+    cfg = compose_with_hydra(overrides)
     with open_dict(cfg):
         cfg.task.name, cfg.pos.name = cfg.hydra.runtime.choices.task, cfg.hydra.runtime.choices.pos
         del cfg["hydra"]

@@ -31,6 +31,16 @@ def require_int(value, key: str, low: int, allowed: str | None = None) -> int:
     return value
 
 
+def require_ordered(low, high, low_key: str, high_key: str) -> int:
+    """``high`` an integer >= ``low`` (a range's two ends, ``low`` checked already); a range the wrong way round
+    names both ends, since either may be the one the user set."""
+    require_int(high, high_key, 0)
+    if high < low:
+        raise ConfigError(f"{low_key}={low!r} is above {high_key}={high!r}: a range needs {low_key} <= {high_key} "
+                          f"(change either)")
+    return high
+
+
 def discover(package: str, base: type) -> dict[str, type]:
     """{module name: class} for every module of ``package`` that defines a subclass of ``base``.
 

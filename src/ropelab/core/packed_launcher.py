@@ -308,7 +308,7 @@ def train_pack(members: Sequence[Member]) -> dict[int, dict]:
     max_steps, val_every, start_step = cfg.trainer.max_steps, cfg.trainer.val_every, members[0].step
     lines = Progress.choose(cfg.trainer.progress, parallel=True) != "off"
     for k, m in enumerate(members):
-        runs.atomic_write_text(m.run_dir / "config.yaml", OmegaConf.to_yaml(m.cfg, resolve=True))
+        runs.atomic_write_text(m.run_dir / "config.yaml", train.config_text(m.cfg))
         m.handler = logging.FileHandler(m.run_dir / "train.log")
         m.handler.setFormatter(logging.Formatter(FORMAT))
         m.loggers = [hydra.utils.instantiate(spec, save_dir=str(m.run_dir)) for spec in (cfg.logger or {}).values() if spec]

@@ -144,6 +144,24 @@ def remove_if_unstarted(run_dir: Path) -> bool:
     return not run_dir.exists()
 
 
+def portable(path: Path | str) -> str:
+    """``path`` as a committed file may name it: relative to the checkout where it lies under it (a record's
+    ``record:`` and ``run_dir``: the same in every clone), else as given."""
+    from ropelab.core.cli import REPO
+
+    try:
+        return str(Path(path).absolute().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def inside_results(path: Path | str) -> bool:
+    """``path`` lies in the checkout's results/, where only finished records are written (``keep_record``)."""
+    from ropelab.core.cli import REPO
+
+    return (REPO / "results") in Path(path).absolute().parents
+
+
 def shorter(path: Path) -> Path:
     """``path`` relative to the working directory where it lies under it, else as given."""
     try:

@@ -10,6 +10,7 @@ the first step.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -165,11 +166,18 @@ def check_section(values: dict, schema: type, prefix: str) -> None:
     known = {f.name: f.metadata for f in fields(schema) if f.metadata}
     for key in values:
         if key not in known:
-            raise ConfigError(f"{prefix}{key} is not a known key: valid keys are {', '.join(known)}")
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            raise ConfigError(f"{prefix}{key} is not a known key{hint}: valid keys are {', '.join(known)}")
     for key, meta in known.items():
         if key not in values:
             raise ConfigError(f"{prefix}{key} is missing: expected {_describe(meta)}")
-        require(_ok(values[key], meta), f"{prefix}{key}", values[key], _describe(meta))
+        value = values[key]
+        if meta["kind"] is int and isinstance(value, float) and value.is_integer() and not _ok(value, meta):
+            # the command line reads 1e3 as the float 1000.0: say so, rather than echo a number the user never typed
+            raise ConfigError(f"{prefix}{key}={value!r} is invalid: {_describe(meta)} (1e3 and 1000.0 read as floats: "
+                              f"write {int(value)})")
+        require(_ok(value, meta), f"{prefix}{key}", value, _describe(meta))
 
 
 def resolved(cfg: DictConfig) -> dict:

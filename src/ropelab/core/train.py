@@ -22,10 +22,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from ropelab.core import locality, machine, runs, sweep_summary
+from ropelab.core import identity, locality, machine, runs, sweep_summary
 from ropelab.core.build import Built, build
 from ropelab.core.cli import CONF_DIR
 from ropelab.core.errors import ConfigError
+from ropelab.core.config import flatten, record_config
 from ropelab.core.schema import resolved
 
 # Lightning and what needs it are imported by build() and _train(), once the config has passed: a refused
@@ -41,6 +42,8 @@ def _quiet_harmless_warnings() -> None:
     # conf/hydra/launcher/joblib.yaml shadows the joblib plugin's config of the same name on purpose (README,
     # "Launchers"): Hydra warns about it once per composed config
     warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/joblib' is validated against ConfigStore schema")
+    # a resume trains on in its own checkpoints/ folder: that it exists and holds checkpoints is the point
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
     # lightning's own _pytree builds a LeafSpec, which torch deprecates: nothing ropelab can change
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
@@ -77,8 +80,21 @@ class Plan(NamedTuple):
 
 def _decide(run_dir: Path, cfg: DictConfig, sweep: bool) -> Plan:
     """What to do with a run folder, from its summary and checkpoints. ``resume=`` (single runs) must name a
-    folder that holds a checkpoint, or a completed run (skipped); a checkpoint that cannot be read is an error."""
+    folder that holds a checkpoint, or a completed run (skipped); a checkpoint that cannot be read is an error.
+    A skip or a resume continues what the folder holds: with settings other than its config.yaml's it is refused
+    (one line naming the keys), the folder untouched."""
     summary = runs.read_summary(run_dir) or {}
+    plan = _plan(run_dir, cfg, sweep, summary)
+    if plan.action == "resume" or plan.why.startswith("already completed"):
+        _refuse_other_settings(cfg, run_dir, summary, sweep)
+    if plan.action == "fresh":
+        for leftover in (runs.CHECKPOINTS, "metrics.csv", runs.TRACE):
+            path = run_dir / leftover
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    return plan
+
+
+def _plan(run_dir: Path, cfg: DictConfig, sweep: bool, summary: dict) -> Plan:
     status = summary.get("status")
     if status == "completed" and not cfg.rerun:
         return Plan("skip", "already completed (rerun=true trains it again)")
@@ -92,11 +108,41 @@ def _decide(run_dir: Path, cfg: DictConfig, sweep: bool) -> Plan:
             "holds no checkpoint (checkpoints/last.ckpt): it stopped before its first validation; leave out "
             "resume= to start afresh" if started else "is not a run folder: nothing to resume"))
     if fresh or not last.exists():
-        for leftover in (runs.CHECKPOINTS, "metrics.csv", runs.TRACE):
-            path = run_dir / leftover
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         return Plan("fresh")
     return Plan("resume", checkpoint=last, step=_checkpoint_step(last))
+
+
+def settings_differ(cfg: DictConfig, run_dir: Path, summary: dict | None = None) -> list[str]:
+    """The keys on which ``cfg`` and the run in ``run_dir`` (its config.yaml over today's defaults, its summary's
+    identity) differ, as ``key: was → now``; bookkeeping aside. Empty for a folder without a config.yaml."""
+    import yaml
+
+    try:
+        saved = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    if not isinstance(saved, dict) or "task" not in saved or "pos" not in saved:
+        return []
+    was, now = flatten(resolved(record_config(saved))), flatten(resolved(cfg))
+    keys = [k for k in sorted(was.keys() | now.keys()) if not identity.bookkeeping(k) and k not in identity.COMPUTE
+            and was.get(k) != now.get(k)]
+    # another task or scheme has other options: its name says it, not each of them
+    renamed = [k.rsplit(".", 1)[0] for k in ("task.name", "pos.name") if k in keys]
+    keys = [k for k in keys if k in ("task.name", "pos.name") or not k.startswith(tuple(f"{s}." for s in renamed))
+            or k.startswith("pos.momentum.")]
+    changes = [f"{k}: {was.get(k)!r} → {now.get(k)!r}" for k in keys]
+    if summary:  # the settings as they resolved: auto here may not be what auto was where the run trained
+        ran, will = identity.of_record(summary, saved), expected_identity(cfg)
+        changes += [f"{k}: {identity.word(ran.get(k))} → {identity.word(will.get(k))}"
+                    for k in identity.differing(ran, will)]
+    return changes
+
+
+def _refuse_other_settings(cfg: DictConfig, run_dir: Path, summary: dict, sweep: bool) -> None:
+    if changes := settings_differ(cfg, run_dir, summary):
+        what = "the sweep's job" if sweep else f"resume={runs.shorter(run_dir)}"
+        raise ConfigError(f"{what} was trained with other settings ({'; '.join(changes)}): its files are left as they "
+                          f"are; run it with its own settings, or start a new run elsewhere")
 
 
 def _checkpoint_step(ckpt: Path) -> int:
@@ -152,14 +198,40 @@ def record_plan(cfg: DictConfig, hc: DictConfig, run_dir: Path, sweep: bool) -> 
     if not cfg.get("record"):
         return None, ""
     preset = hc.runtime.choices.get("experiment") or "this config"
-    if "record" in {o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.task}:
-        return record_dir_of(cfg, run_dir), ""
-    if not sweep:
-        return None, f"a single run of experiment={preset} is a trial, not recorded in {cfg.record} (-m records its jobs)"
-    if outside := trial_overrides(cfg, hc):
-        return None, (f"{' '.join(outside)} is outside experiment={preset}'s jobs: a trial, not recorded in "
-                      f"{cfg.record}")
-    return record_dir_of(cfg, run_dir), ""
+    if "record" not in {o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.task}:
+        if not sweep:
+            return None, f"a single run of experiment={preset} is a trial, not recorded in {cfg.record} (-m records its jobs)"
+        if outside := trial_overrides(cfg, hc):
+            return None, (f"{' '.join(outside)} is outside experiment={preset}'s jobs: a trial, not recorded in "
+                          f"{cfg.record}")
+    record_dir = record_dir_of(cfg, run_dir)
+    if runs.recorded(record_dir) and cfg.rerun:
+        return None, (f"rerun=true of a job recorded in {record_dir}: trained in {runs.shorter(run_dir)}, the record "
+                      f"left as it is (compare them with python -m ropelab.reproduce)")
+    counts = identity.table(record_dir.parent, leave_out=(record_dir.name,))
+    if counts and (why := identity.trial_reason(expected_identity(cfg), record_dir.parent, record_dir.name, counts)):
+        return None, why
+    return record_dir, ""
+
+
+class _Parameter(NamedTuple):
+    """What ``lit.choose_fused`` reads of a parameter, before the model is on its device."""
+    device: torch.device
+
+    def is_floating_point(self) -> bool:
+        return True
+
+
+def expected_identity(cfg: DictConfig) -> dict[str, Any]:
+    """The identity (``ropelab.core.identity``) a run of ``cfg`` would have here: every setting resolved as
+    ``_train`` resolves it."""
+    from ropelab.core.lit import choose_fused
+
+    accelerator, precision, _ = machine.choose(cfg.trainer.accelerator, cfg.trainer.precision)
+    compiled, _ = machine.choose_compile(cfg.trainer.compile, accelerator)
+    fused, _ = choose_fused(cfg.optim.fused, [_Parameter(torch.device(accelerator))], precision == "16-mixed")
+    return {"optim.fused": fused, "trainer.compile": compiled, "trainer.precision": precision,
+            "trainer.threads": _threads(cfg), "trainer.accelerator": accelerator, "trainer.devices": cfg.trainer.devices}
 
 
 def run(cfg: DictConfig, run_dir: Path, sweep: bool = False, record_dir: Path | None | str = "config",
@@ -169,8 +241,13 @@ def run(cfg: DictConfig, run_dir: Path, sweep: bool = False, record_dir: Path | 
     why a run of a preset is not recorded (``record_plan``)."""
     run_dir = Path(run_dir)
     built = build(cfg)  # checks the config first: a refused run leaves nothing behind
+    if runs.inside_results(run_dir):
+        raise ConfigError(f"{runs.portable(run_dir)} is under results/, where records are kept, never trained in: "
+                          f"python -m ropelab.reproduce retrains a record into a scratch folder")
     if record_dir == "config":
         record_dir = record_dir_of(cfg, run_dir)
+    if runs.recorded(record_dir) and cfg.rerun:  # a record is never trained over: this rerun is a trial
+        record_dir, trial = None, trial or f"rerun=true of a job recorded in {record_dir}: the record left as it is"
     if (kept := runs.recorded(record_dir)) and not cfg.rerun and not _checkpoint_missing(cfg, run_dir):
         log.info("skipping %s: recorded in %s", run_dir.name, record_dir)
         return {**kept, "record": str(record_dir), "skipped": f"recorded in {record_dir.parent}"}
@@ -206,7 +283,7 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
         log.info("skipping %s: %s", run_dir, plan.why)
         return {**runs.read_summary(run_dir), "skipped": plan.why}
     ckpt, resumed_from = plan.checkpoint, plan.step
-    runs.atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    runs.atomic_write_text(run_dir / "config.yaml", config_text(cfg))
     torch.set_num_threads(_threads(cfg))
     datamodule, model, lit = built.datamodule, built.model, built.lit
     compiled, compile_why = machine.choose_compile(cfg.trainer.compile, accelerator)
@@ -236,13 +313,17 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
         log.info("resuming %s from step %d", run_dir, resumed_from)
 
     summary = start_summary(cfg, run_dir, model, resumed_from, accelerator, precision, compiled, trial)
+    summary["identity"] = expected_identity(cfg)  # close_run writes the fused kernel as the optimiser chose it
     runs.write_summary(run_dir, summary)
     start = time.time()
+    final: dict[str, float] = {}  # what the fit and each evaluation left (validate and test reset callback_metrics)
     try:
         with stop_on_interrupt.armed():
             trainer.fit(lit, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
-        final = {k: float(v) for k, v in trainer.callback_metrics.items()}  # validate and test reset them
-        if trainer.global_step % cfg.trainer.val_every:  # make the final metrics those of the final weights
+        final.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        # a resume of a run stopped in its final evaluation trains no step: its last training metrics are on disk
+        final = {**last_logged(run_dir / "metrics.csv", "train/"), **final}
+        if trainer.global_step % cfg.trainer.val_every or "val/loss" not in final:  # those of the final weights
             trainer.validate(lit, datamodule=datamodule, verbose=False)
             final.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         trainer.test(lit, datamodule=datamodule, verbose=False)
@@ -252,11 +333,34 @@ def _train(cfg: DictConfig, built: Built, run_dir: Path, sweep: bool, record_dir
         summary.update(diverged(err))
     except (Interrupted, KeyboardInterrupt, SystemExit) as err:  # Lightning turns a KeyboardInterrupt into exit(1)
         summary.update(status="interrupted", checkpoint_step=err.step if isinstance(err, Interrupted) else
-                       _last_checkpoint_step(run_dir), final={k: float(v) for k, v in trainer.callback_metrics.items()})
+                       _last_checkpoint_step(run_dir),
+                       final={**{k: float(v) for k, v in trainer.callback_metrics.items()}, **final})
     except Exception as err:  # recorded, so a sweep can go on and the report can show it
         summary.update(status="failed", error=f"{type(err).__name__}: {err}")
         log.exception("run failed")
     return close_run(run_dir, summary, loggers, record_dir, trainer.global_step, time.time() - start, lit.fused)
+
+
+def last_logged(metrics_csv: Path, prefix: str) -> dict[str, float]:
+    """The last value metrics.csv holds of each column named ``prefix…`` (``train/loss`` at the final step)."""
+    import csv
+
+    last: dict[str, float] = {}
+    try:
+        with open(metrics_csv, newline="") as f:
+            for row in csv.DictReader(f):
+                last.update({k: float(v) for k, v in row.items() if k and k.startswith(prefix) and v not in ("", None)})
+    except OSError:
+        pass
+    return last
+
+
+def config_text(cfg: DictConfig) -> str:
+    """A run's config.yaml: ``cfg`` resolved, its ``record`` folder relative to the checkout (records are portable)."""
+    values = resolved(cfg)
+    if values.get("record"):
+        values["record"] = runs.portable(values["record"])
+    return OmegaConf.to_yaml(values)
 
 
 # What a run's summary.json says, in one place for a single run (_train) and a packed member
@@ -266,12 +370,13 @@ def start_summary(cfg: DictConfig, run_dir: Path, model, resumed_from: int, acce
                   compiled: bool, trial: str) -> dict[str, Any]:
     """The summary a run writes before its first step (status running)."""
     return {
-        "status": "running", "task": cfg.task.name, "pos": cfg.pos.name, "seed": cfg.seed, "run_dir": str(run_dir),
+        "status": "running", "task": cfg.task.name, "pos": cfg.pos.name, "seed": cfg.seed, "run_dir": runs.portable(run_dir),
         "max_steps": cfg.trainer.max_steps, "params": model.num_parameters(),
         "positional_params": sum(p.numel() for p in model.pos.parameters()), "resumed_from_step": resumed_from,
         "init_from": cfg.init_from, "surgery": cfg.surgery,
         "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "accelerator": accelerator, "precision": precision, "compile": compiled, "threads": torch.get_num_threads(),
+        "devices": cfg.trainer.devices,
         "machine": machine.describe(accelerator), **({"trial": trial} if trial else {}),
     }
 
@@ -295,6 +400,7 @@ def close_run(run_dir: Path, summary: dict[str, Any], loggers: list, record_dir:
     """The end of a run whatever its status: the last fields, the loggers closed, summary.json written, and a
     completed run's record kept."""
     summary.update(steps=steps, wall_seconds=round(seconds, 2), fused_adamw=fused)
+    summary["identity"] = identity.of_record({k: v for k, v in summary.items() if k != "identity"})
     for lg in loggers:
         lg.finalize("success" if summary["status"] == "completed" else summary["status"])
         if hasattr(lg, "close"):  # W&B: one run per job, finished before the next multirun job starts
@@ -424,7 +530,7 @@ def one_job(cfg: DictConfig, packed: dict[str, Any] | None = None) -> float | No
         summary = packed if packed is not None else _plan_and_run(cfg, hc, run_dir, sweep)
     except ConfigError as err:  # refused before training: no folder left behind
         runs.remove_if_unstarted(run_dir)
-        print(f"error: {f'[{job}] ' if sweep else ''}{err}", file=sys.stderr)
+        print(f"error: {f'[{job}] ' if sweep else ''}{as_typed(str(err), list(hc.overrides.task))}", file=sys.stderr)
         if not sweep:
             sys.exit(2)
         return outcome("failed", str(err))
@@ -440,7 +546,7 @@ def one_job(cfg: DictConfig, packed: dict[str, Any] | None = None) -> float | No
         log.exception("job %s failed", job)
         if (run_dir / "config.yaml").is_file():
             runs.write_summary(run_dir, {**(runs.read_summary(run_dir) or {}), "status": "failed",
-                                         "error": _one_line(err), "run_dir": str(run_dir)})
+                                         "error": _one_line(err), "run_dir": runs.portable(run_dir)})
         return outcome("failed", _one_line(err))
     if summary.get("skipped"):
         runs.remove_if_unstarted(run_dir)  # a recorded job: Hydra's folder is all there is
@@ -466,10 +572,90 @@ def one_job(cfg: DictConfig, packed: dict[str, Any] | None = None) -> float | No
     return summary.get("final", {}).get("val/loss")
 
 
+INSPECTING = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+              "--resolve", "-p", "--package")
+
+
+def sweep_jobs(argv: list[str]) -> list[list[str]]:
+    """The overrides of every job ``python train.py -m <argv>`` launches, as Hydra's basic sweeper makes them: the
+    preset's ``hydra.sweeper.params``, then the command line (a later value for a key replacing an earlier one),
+    the product."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ropelab.core.cli import override_values
+    from ropelab.core.config import compose_with_hydra
+
+    given = [a for a in argv if "=" in a and not a.startswith("-")]
+    parser = OverridesParser.create()
+    plain = [o.input_line for o in parser.parse_overrides(given) if not o.is_sweep_override()]
+    params = OmegaConf.select(compose_with_hydra(plain), "hydra.sweeper.params") or {}
+    axes: dict[str, list[str]] = {}
+    for o in parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *given]):
+        key = o.get_key_element()
+        axes[key] = ([f"{key}={v}" for v in override_values(o)] if o.is_sweep_override()
+                     else [f"{key}={o.get_value_element_as_str()}"])
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
+def check_sweep(argv: list[str]) -> None:
+    """``-m``: every job's config is checked (``ropelab.core.build.check_config``) before the first one trains, so
+    one bad value in a sweep is one line and nothing trains (exit 2). Jobs that differ in the seed alone are
+    checked once. A sweep Hydra's basic sweeper does not make (another ``hydra/sweeper``) is left to its jobs."""
+    from ropelab.core.build import check_config
+    from ropelab.core.config import compose
+
+    if any(a.split("=", 1)[0] in ("hydra/sweeper", "hydra.sweeper") for a in argv):
+        return
+    try:
+        jobs = sweep_jobs(argv)
+    except Exception:  # what Hydra itself refuses on this command line, it reports as it launches
+        return
+    checked: set[tuple[str, ...]] = set()
+    for job in jobs:
+        key = tuple(o for o in job if not o.startswith("seed="))
+        if key in checked:
+            continue
+        checked.add(key)
+        try:
+            check_config(compose([o for o in job if not o.startswith("hydra")]))
+        except ConfigError as err:
+            shown = " ".join(o for o in job if not o.startswith(("hydra", "experiment=")))
+            print(f"error: [{shown}] {as_typed(str(err), job)}\nnothing trained: every job of a sweep is checked "
+                  f"before the first one trains", file=sys.stderr)
+            sys.exit(2)
+        except Exception:  # not a config mistake of ours (a Hydra composition error): Hydra reports it per job
+            continue
+
+
+def as_typed(message: str, overrides: list[str]) -> str:
+    """A ConfigError's ``key=value`` with the value as the command line wrote it (``trainer.max_steps=1e3``, which
+    YAML reads as 1000.0), so the line names what the user typed."""
+    key, sep, rest = message.partition("=")
+    if not sep or " " in key:
+        return message
+    for override in overrides:
+        typed_key, _, typed = override.partition("=")
+        if typed_key.lstrip("+~") == key and not rest.startswith(f"{typed} ") and " " not in typed:
+            value = rest.split(" ", 1)[0]
+            return f"{key}={typed}{rest[len(value):]}" if value.strip("'\"") != typed else message
+    return message
+
+
 def entry() -> None:
     """``python train.py``: Hydra's main, and Ctrl-C outside a run's training (or ending a sweep) as one summary
-    and the exit code 130 instead of a traceback."""
+    and the exit code 130 instead of a traceback. A sweep's jobs are all checked first (``check_sweep``)."""
+    argv = sys.argv[1:]
+    for arg in argv:  # before Hydra, which would write .hydra/ and train.log into the folder it names
+        key, _, value = arg.partition("=")
+        if key in ("resume", "hydra.run.dir") and value and runs.inside_results(value.strip("'\"")):
+            print(f"error: {arg}: a folder under results/ holds a record, never trained in (python -m ropelab.reproduce "
+                  f"retrains a record into a scratch folder)", file=sys.stderr)
+            sys.exit(2)
     try:
+        if ("-m" in argv or "--multirun" in argv) and not any(a in INSPECTING for a in argv):
+            check_sweep(argv)
         main()
     except KeyboardInterrupt:
         lines = sweep_summary.interrupted_lines(resume_command())

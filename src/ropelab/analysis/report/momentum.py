@@ -19,7 +19,7 @@ from ropelab.analysis.report.gamma import (CLAIMS, MOMENTUM_TASKS, NABLA_TASKS, 
 from ropelab.analysis.report.figures import file_part, pyplot
 from ropelab.analysis.report.papers import load_paper_values
 from ropelab.analysis.report.status import budget_lines
-from ropelab.analysis.report.sweep import GAMMA
+from ropelab.analysis.report.sweep import GAMMA, ordered, value_label
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import Estimate, estimate, paired_difference
 from ropelab.core.cli import REPO
@@ -151,22 +151,26 @@ def recorded_mass(run, k: int, n_examples: int) -> tuple[float, float] | None:
 def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: int, n_examples: int,
                       ckpt_roots: list[Path]) -> tuple[list[str], dict]:
     """Sharpening number per task × γ (mean over seeds whose checkpoint is found) and the attention figure."""
-    geometric = table[table["group"] == "freqs=geometric"]
-    here = geometric if not geometric.empty else table[table["group"] == (profile_groups(table) or [""])[0]]
+    # every group of the geometric profile (one per value of another axis, pos.base say: each its own rows, none
+    # silently kept over another), else the first profile's
+    groups = [g for g in profile_groups(table) if g.endswith("freqs=geometric")] or profile_groups(table)[:1]
+    here = table[table["group"].isin(groups)]
+    label = {g: (lambda task, g=g: task if len(groups) == 1 else f"{task} ({g.rsplit('freqs=', 1)[0].strip()})")
+             for g in groups}
     masses: dict[tuple[str, float], dict] = {}
     uniform: dict[str, list[float]] = {}
     panels: dict[tuple[str, float], tuple[np.ndarray, float, Any]] = {}
     problems = []
     for _, row in here.sort_values(["task", "gamma", "seed"], key=lambda c: c.astype(str)).iterrows():
-        run = row["run"]
+        run, cell = row["run"], label[row["group"]](row["task"])
         ckpt = _checkpoint(run, ckpt_roots)
         if ckpt is None:
             kept = recorded_mass(run, k, n_examples)
             if kept is None:
                 problems.append(run.rel)
             else:  # the record's number; no map to draw
-                masses.setdefault((row["task"], row["gamma"]), {})[row["seed"]] = kept[0]
-                uniform.setdefault(row["task"], []).append(kept[1])
+                masses.setdefault((cell, row["gamma"]), {})[row["seed"]] = kept[0]
+                uniform.setdefault(cell, []).append(kept[1])
             continue
         try:
             maps = run_maps(run, ckpt, n_examples)
@@ -174,9 +178,9 @@ def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: i
             problems.append(f"{run.rel} ({type(err).__name__}: {err})")
             continue
         mass, ref = sharpening(maps, k)
-        masses.setdefault((row["task"], row["gamma"]), {})[row["seed"]] = mass
-        uniform.setdefault(row["task"], []).append(ref)
-        key = (row["task"], row["gamma"])
+        masses.setdefault((cell, row["gamma"]), {})[row["seed"]] = mass
+        uniform.setdefault(cell, []).append(ref)
+        key = (cell, row["gamma"])
         if key not in panels:  # seeds are visited lowest first: one example per (task, γ), the same seed if any
             panels[key] = (maps[0][layer].mean(axis=0), local_mass(maps[0][layer], k), row["seed"])
     if not masses:
@@ -185,7 +189,8 @@ def attention_section(table: pd.DataFrame, out: Path, dpi: int, k: int, layer: i
                  "runs/<sweep>)."] if problems else []), {}
     gammas = sorted({g for _, g in masses})
     rows = []
-    for task in ordered_tasks(here):
+    cells = [label[g](task) for task in ordered_tasks(here) for g in groups]
+    for task in [c for c in cells if any(t == c for t, _ in masses)]:
         row = {f"γ={g:g}": _est(estimate(masses.get((task, g), {}).values()), "{:.3f}") for g in gammas}
         row["uniform"] = f"{np.mean(uniform[task]):.3f}" if task in uniform else "–"
         top, zero = masses.get((task, gammas[-1]), {}), masses.get((task, gammas[0]), {})
@@ -295,15 +300,18 @@ def plot_attention_grid(panels: dict, out: Path, dpi: int, k: int, layer: int,
 def claims_section(sweep, degradation_results: dict, verdicts: dict, masses: dict, margin: float) -> list[str]:
     """claim | ours | verdict | conditions: the README's momentum table, filled from this sweep."""
     cfg = sweep.runs[0].config if sweep.runs else {}
+    bases = ", ".join(ordered(value_label(r.config.get("pos.base")) for r in sweep.runs)) or "?"  # each, not the first
     conditions = "; ".join(budget_lines(sweep)) + (
-        f"; {cfg.get('pos.name', 'rope')} base {cfg.get('pos.base', '?')}, {cfg.get('model.n_layers', '?')} layers, "
+        f"; {cfg.get('pos.name', 'rope')} base {bases}, {cfg.get('model.n_layers', '?')} layers, "
         f"hidden {cfg.get('model.d_model', '?')}, {cfg.get('model.n_heads', '?')} heads; final val/acc; "
         f"seeds {', '.join(sorted({str(r.config.get('seed')) for r in sweep.runs}))}")
     rows = []
     for (group, task), v in verdicts.items():
-        if group != "freqs=geometric" or task not in CLAIMS:
+        if not group.endswith("freqs=geometric") or task not in CLAIMS:
             continue
         expected, text = CLAIMS[task]
+        if group != "freqs=geometric":  # one row per value of the sweep's other axis (pos.base, …)
+            text = f"{text} ({group.rsplit('freqs=', 1)[0].strip()})"
         last = max(v.diffs) if v.diffs else None
         ours = f"{v.label}; γ={last:g} − γ=0: {_est(_scaled(v.diffs[last]))} pts" if last is not None else v.label
         if v.label == expected:
@@ -325,7 +333,7 @@ def claims_section(sweep, degradation_results: dict, verdicts: dict, masses: dic
             " for mean-of-drops; intervals over seeds shown" if others else "only the geometric profile ran"
         rows.append({"claim": "at γ = 2 multi-frequency RoPE degrades least: 9.8 % vs single 15.8 %, band-pass 16.5 %",
                      "ours": "; ".join(parts), "verdict": verdict, "conditions": conditions})
-    for task in NABLA_TASKS:
+    for task in [c for c in dict.fromkeys(t for t, _ in masses) if c.split(" (")[0] in NABLA_TASKS]:
         gs = sorted(g for t, g in masses if t == task)
         if len(gs) >= 2:
             diff = paired_difference(masses[(task, gs[-1])], masses[(task, gs[0])])

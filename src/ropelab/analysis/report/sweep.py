@@ -13,14 +13,13 @@ import pandas as pd
 
 from ropelab.analysis.report.records import Run, find_run_dirs, load_run, smoothed_train_loss
 from ropelab.analysis.stats import Landmarks, lockin_step, onset_step, train_loss
+from ropelab.core import identity
 
-# config keys that never define a table column: bookkeeping, threads, loggers, evaluation batch size, the optimiser's
-# kernel (optim.fused: the same update up to rounding) and how the per-group accuracy is keyed (task.group_by: it
-# changes no example); precision and machine are listed in "Machines and code" instead
-IGNORED_KEYS = {"seed", "name", "resume", "record", "record_also", "rerun", "retry_failed", "needs_checkpoint",
-                "trainer.threads", "trainer.progress", "trainer.compile", "trainer.accelerator", "trainer.devices",
-                "trainer.precision",
-                "data.eval_batch_size", "task.group_by", "optim.fused"}
+# config keys that never define a table column: the seed, bookkeeping and the settings that change what a job
+# computes without naming it (ropelab.core.identity, the one list: they are compared between a table's records, not
+# tabulated; precision and machine are listed in "Machines and code"), the evaluation batch size and how the
+# per-group accuracy is keyed (task.group_by: it changes no example)
+IGNORED_KEYS = {"seed", *identity.BOOKKEEPING, *identity.COMPUTE, "data.eval_batch_size", "task.group_by"}
 IGNORED_PREFIXES = ("logger.", "hydra.")
 TASK_ORDER = ["dyck3", "bio_rotation", "mod_arith", "indirect_indexing", "assoc_recall", "variable_tracking",
               "global_counting", "mean_pooling", "code_lm"]

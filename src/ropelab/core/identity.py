@@ -1,0 +1,154 @@
+"""What a job is: the config keys that name it, the settings that change what it computes without naming it, and
+the bookkeeping that changes neither. One place for the three lists: conf/config.yaml's
+``hydra.job.config.override_dirname.exclude_keys`` is ``${ropelab_job_name_excludes:}`` (below), the sweep report
+leaves the same keys out of its columns (``ropelab.analysis.report.sweep.IGNORED_KEYS``), and a resume compares a
+run's config with the command's on everything but ``BOOKKEEPING``.
+
+A job's *identity* is ``COMPUTE`` resolved (``auto`` → what ran: fused or not, compiled or not, the precision, the
+thread count, the device), written to summary.json as ``identity``. A record made before a setting was recorded
+reads as the behaviour it had then (``of_record``): no ``optim.fused`` → the unfused AdamW, no ``compile`` →
+not compiled. A sweep job whose identity is none of its table's records' is a trial (never recorded), and a table
+whose records disagree is *mixed* (``table``, ``describe``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+# keys that change neither what a job computes nor its name: where it lands, whether it runs again, what it prints
+BOOKKEEPING = ("name", "resume", "record", "record_also", "rerun", "retry_failed", "needs_checkpoint",
+               "trainer.progress", "logger")
+# command-line choices of how a sweep is launched (no config keys of a job)
+LAUNCH = ("experiment", "hydra/launcher", "hydra.launcher.n_jobs", "hydra.launcher.pack")
+# settings that change the numbers a job computes (float rounding compounds over hundreds of steps into another
+# run), compared as resolved values between a job and its table; auto resolves per machine
+COMPUTE = ("optim.fused", "trainer.compile", "trainer.precision", "trainer.threads", "trainer.accelerator",
+           "trainer.devices")
+# a precision override has always named its job folder (trainer.precision=32-true,…): kept so, folder names stay
+NAMED = ("trainer.precision",)
+
+
+def job_name_excludes() -> list[str]:
+    """The keys left out of a sweep job's folder name (Hydra's ``override_dirname.exclude_keys``)."""
+    return [*LAUNCH, *BOOKKEEPING, *(k for k in COMPUTE if k not in NAMED)]
+
+
+def bookkeeping(key: str) -> bool:
+    """A flattened config key (``logger.csv._target_``, ``trainer.progress``) that changes nothing computed."""
+    return key in BOOKKEEPING or key.split(".", 1)[0] in ("logger", "hydra")
+
+
+def _dotted(config: Mapping[str, Any] | None, key: str, default: Any = None) -> Any:
+    node: Any = config or {}
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def of_record(summary: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A run's identity from its summary.json (and config.yaml): its ``identity`` where it wrote one, else read
+    from what it did write, each setting absent there at the behaviour it had before it existed."""
+    if summary.get("identity"):
+        return dict(summary["identity"])
+    fused = summary.get("fused_adamw")
+    if fused is None:  # recorded since optim.fused existed; before it, AdamW ran its unfused kernel
+        configured = _dotted(config, "optim.fused", False)
+        fused = configured if isinstance(configured, bool) else False
+    compiled = summary.get("compile")
+    if compiled is None:  # before trainer.compile existed nothing compiled
+        configured = _dotted(config, "trainer.compile", False)
+        compiled = configured if isinstance(configured, bool) else False
+    return {"optim.fused": bool(fused), "trainer.compile": bool(compiled),
+            "trainer.precision": summary.get("precision") or _dotted(config, "trainer.precision"),
+            "trainer.threads": summary.get("threads") or _dotted(config, "trainer.threads"),
+            "trainer.accelerator": summary.get("accelerator") or _dotted(config, "trainer.accelerator"),
+            "trainer.devices": summary.get("devices") or _dotted(config, "trainer.devices", 1)}
+
+
+def read(record: Path) -> dict[str, Any] | None:
+    """The identity of the completed run or record in folder ``record``, else None."""
+    import yaml
+
+    try:
+        summary = json.loads((Path(record) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if summary.get("status") != "completed":
+        return None
+    try:
+        config = yaml.safe_load((Path(record) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        config = None
+    return of_record(summary, config)
+
+
+def _key(identity: Mapping[str, Any]) -> tuple:
+    return tuple((k, identity.get(k)) for k in COMPUTE)
+
+
+def table(folder: Path, leave_out: Iterable[str] = ()) -> Counter:
+    """How many completed records of the table in ``folder`` (its job folders; those named in ``leave_out``
+    aside) ran under each identity: one key = consistent, several = mixed."""
+    skip = set(leave_out)
+    counts: Counter = Counter()
+    for job in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else ():
+        if job.name in skip or job.name.startswith(".") or not job.is_dir():
+            continue
+        if (found := read(job)) is not None:
+            counts[_key(found)] += 1
+    return counts
+
+
+def show(identity: Mapping[str, Any] | tuple, keys: Iterable[str] = COMPUTE) -> str:
+    """``optim.fused=false trainer.threads=1`` for the ``keys`` of an identity (a dict or ``table``'s key)."""
+    values = dict(identity)
+    return " ".join(f"{k}={word(values.get(k))}" for k in keys)
+
+
+def word(value: Any) -> str:
+    """A value as the command line writes it: true, false, null, 1, bf16-mixed."""
+    return {True: "true", False: "false", None: "null"}.get(value, str(value)) if not isinstance(value, (int, float)) \
+        or isinstance(value, bool) else str(value)
+
+
+def differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    return [k for k in COMPUTE if a.get(k) != b.get(k)]
+
+
+def describe(counts: Counter) -> str:
+    """One phrase for ``table``'s counts: the one identity, or "mixed: n × …; m × …" naming only the keys that
+    differ."""
+    if not counts:
+        return "no completed records"
+    if len(counts) == 1:
+        return show(next(iter(counts)))
+    kinds = [dict(k) for k in counts]
+    keys = [k for k in COMPUTE if len({kind.get(k) for kind in kinds}) > 1]
+    return "mixed: " + "; ".join(f"{n} × {show(k, keys)}" for k, n in counts.most_common())
+
+
+def trial_reason(expected: Mapping[str, Any], folder: Path, job: str, counts: Counter | None = None) -> str:
+    """Why a job with identity ``expected`` is a trial in the table ``folder`` ("" if it is not): its identity is
+    none of the table's records' (its own earlier record, ``job``, aside; ``counts``: ``table``'s, if read)."""
+    counts = table(folder, leave_out=(job,)) if counts is None else counts
+    if not counts or _key(expected) in counts:
+        return ""
+    nearest = min(counts, key=lambda k: len(differing(expected, dict(k))))
+    keys = differing(expected, dict(nearest))
+    theirs = describe(counts) if len(counts) > 1 else show(nearest, keys)
+    return (f"{show(expected, keys)} differs from {folder}'s records ({theirs}): what it computes is not the "
+            f"table's; a trial, not recorded (set {show(nearest, keys)} to add to the table)")
+
+
+def _register() -> None:
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("ropelab_job_name_excludes", job_name_excludes, replace=True)
+
+
+_register()

@@ -1,0 +1,275 @@
+"""``python -m ropelab.reproduce TABLE [--jobs k|all]`` (``make reproduce TABLE=… JOBS=…``): retrain committed
+records from their own config.yaml into a scratch folder and compare.
+
+Each chosen record (the ``k`` that trained fastest, or ``--job NAME``) is trained again from its config.yaml (over
+today's defaults for keys added since, ``ropelab.core.config.record_config``) with the settings it computed with
+pinned to its identity (``ropelab.core.identity``: the AdamW kernel, compile, precision, threads, device), into
+``<out>/<table>/<job>`` (default runs/reproduce/: nothing under results/ is written). Then:
+
+- on the CPU kind that made it (the model and speed flags its summary.json records, torch's version and the
+  threads alike): its metrics.csv must be bit-identical (wall-time columns aside) — README's rule;
+- on another kind: its final exact-match metrics must lie within the table's spread over the seeds of the same
+  cell (the records that differ from it in the seed only): their range widened by their standard deviation on
+  each side. A cell of one seed has no spread to compare against, which is said.
+
+One line per job, the table's identity (one, or mixed), and a verdict line; exit 0 when every job reproduced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from omegaconf import DictConfig, open_dict
+
+from ropelab.core import identity, machine, runs
+from ropelab.core.cli import REPO
+from ropelab.core.config import flatten, record_config
+from ropelab.core.errors import ConfigError
+
+log = logging.getLogger("ropelab")
+
+RESULTS = REPO / "results"
+DEFAULT_JOBS = 3
+SCRATCH = runs.RUNS_ROOT / "reproduce"
+WALL_TIME = re.compile(r"(time|seconds|per_s(ec)?)\b")  # metrics.csv columns that measure the clock, not the run
+SPREAD_METRICS = ("val/exact", "test/exact", "ood/exact")
+
+
+def table_dir(table: str | Path) -> Path:
+    """``bifocal_table1`` → results/bifocal_table1; a folder given as a path stays one."""
+    path = Path(table)
+    if not path.is_dir() and (RESULTS / table).is_dir():
+        path = RESULTS / table
+    if not path.is_dir():
+        choices = sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
+        raise ConfigError(f"TABLE={table} is no table: choose one of {', '.join(choices)} (or a folder of records)")
+    return path
+
+
+def _load(record: Path) -> tuple[dict, dict]:
+    return json.loads((record / runs.SUMMARY).read_text()), yaml.safe_load((record / "config.yaml").read_text())
+
+
+def records_of(table: Path) -> list[Path]:
+    """The table's completed records (job folders with a completed summary.json and a config.yaml), by name."""
+    return [job for job in sorted(table.iterdir()) if job.is_dir() and not job.name.startswith(".")
+            and runs.recorded(job) and (job / "config.yaml").is_file()]
+
+
+def choose(records: list[Path], jobs: str | int, names: list[str]) -> list[Path]:
+    """``names`` if given, else ``jobs`` of them (all, or the k that trained fastest: the cheapest check)."""
+    if names:
+        by_name = {r.name: r for r in records}
+        for name in names:
+            if name not in by_name:
+                raise ConfigError(f"--job {name} is no completed record of the table: choose one of "
+                                  f"{', '.join(by_name)}")
+        return [by_name[n] for n in names]
+    if jobs == "all":
+        return records
+    return sorted(records, key=lambda r: (_load(r)[0].get("wall_seconds") or float("inf"), r.name))[:int(jobs)]
+
+
+def pinned_config(summary: dict, saved: dict) -> DictConfig:
+    """The record's config ready to train again: its own settings, the ones that change what it computes pinned to
+    what it resolved to, its bookkeeping neutral (no record, no resume, no rerun, no progress, the CSV logger)."""
+    cfg = record_config(saved)
+    ran = identity.of_record(summary, saved)
+    with open_dict(cfg):
+        cfg.record, cfg.resume, cfg.rerun, cfg.retry_failed, cfg.needs_checkpoint = None, None, False, False, False
+        cfg.trainer.progress = "off"
+        cfg.logger = {"csv": {"_target_": "ropelab.loggers.RunCSVLogger"}}
+        cfg.optim.fused = bool(ran["optim.fused"])
+        cfg.trainer.compile = bool(ran["trainer.compile"])
+        if ran.get("trainer.precision"):
+            cfg.trainer.precision = ran["trainer.precision"]
+        if ran.get("trainer.threads"):
+            cfg.trainer.threads = int(ran["trainer.threads"])
+        if ran.get("trainer.accelerator"):
+            cfg.trainer.accelerator = "gpu" if ran["trainer.accelerator"] == "cuda" else ran["trainer.accelerator"]
+        if ran.get("trainer.devices"):
+            cfg.trainer.devices = int(ran["trainer.devices"])
+    return cfg
+
+
+def same_kind(summary: dict) -> tuple[bool, str]:
+    """(this machine is the kind that made the record, what differs): CPU model and flags (or GPU), torch."""
+    made, here = summary.get("machine") or {}, machine.describe(summary.get("accelerator") or "cpu")
+    differs = [f"{what} {made.get(key) if key != 'cpu' else machine.label(made)} here "
+               f"{here.get(key) if key != 'cpu' else machine.label(here)}"
+               for what, key in (("CPU", "cpu"), ("GPU", "gpu"), ("torch", "torch")) if made.get(key) != here.get(key)]
+    return not differs, "; ".join(differs)
+
+
+def metrics_rows(path: Path) -> list[list[str]]:
+    """metrics.csv as its strings (the digits as written), wall-time columns left out."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    keep = [i for i, name in enumerate(rows[0]) if not WALL_TIME.search(name)] if rows else []
+    return [[row[i] if i < len(row) else "" for i in keep] for row in rows]
+
+
+# Until this commit the logged train/grad_norm was a norm of the per-tensor norms, another rounding of the norm the
+# clipping used (clip_grad_norm_'s, then and now: the weights are the same); since, the clipping's own norm is logged
+GRAD_NORM_LOGGED_AS_CLIPPED = "c6b9119"
+RELOGGED = "train/grad_norm"
+
+
+def _predates(commit: str | None, change: str) -> bool:
+    """The record's ``commit`` is from before ``change`` (git knows both and ``change`` is no ancestor of it)."""
+    import subprocess
+
+    if not commit:
+        return False
+    try:
+        known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=REPO, capture_output=True)
+        after = subprocess.run(["git", "merge-base", "--is-ancestor", change, commit], cwd=REPO, capture_output=True)
+    except OSError:
+        return False
+    return known.returncode == 0 and after.returncode == 1
+
+
+def first_difference(recorded: Path, retrained: Path, commit: str | None = None) -> tuple[str, str]:
+    """("", note) if the two metrics.csv are bit-identical (wall time aside; for a record from before
+    ``GRAD_NORM_LOGGED_AS_CLIPPED``, train/grad_norm aside within float rounding, said in ``note``), else
+    (where they first differ, "")."""
+    a, b = metrics_rows(recorded), metrics_rows(retrained)
+    if a == b:
+        return "", ""
+    if not a or not b or a[0] != b[0] or len(a) != len(b):
+        return (f"columns or rows differ ({len(a[0]) if a else 0} × {len(a)} recorded, "
+                f"{len(b[0]) if b else 0} × {len(b)} retrained)"), ""
+    header, step = a[0], a[0].index("step") if "step" in a[0] else None
+    differing = [(n, i) for n, (ra, rb) in enumerate(zip(a[1:], b[1:])) for i, (x, y) in enumerate(zip(ra, rb)) if x != y]
+    relogged = header.index(RELOGGED) if RELOGGED in header else None
+    if relogged is not None and all(i == relogged for _, i in differing) and _predates(commit, GRAD_NORM_LOGGED_AS_CLIPPED):
+        rel = max(abs(float(a[n + 1][i]) - float(b[n + 1][i])) / max(abs(float(a[n + 1][i])), 1e-30) for n, i in differing)
+        if rel <= 1e-6:
+            return "", (f"{RELOGGED} aside: {len({n for n, _ in differing})} rows differ by ≤ {rel:.1e} relative, "
+                        f"logged before {GRAD_NORM_LOGGED_AS_CLIPPED} from another reduction of the norm the clipping used")
+    n, col = differing[0]
+    at = f"step {a[n + 1][step]}" if step is not None else "a row"
+    return f"first differs at {at}, {header[col]}: recorded {a[n + 1][col]}, retrained {b[n + 1][col]}", ""
+
+
+def cell_key(saved: dict) -> tuple:
+    """What a record's table cell is: its flattened config but the seed, the bookkeeping and the compute settings."""
+    flat = flatten(saved)
+    return tuple(sorted((k, str(v)) for k, v in flat.items()
+                        if k != "seed" and not identity.bookkeeping(k) and k not in identity.COMPUTE))
+
+
+def seed_spread(record: Path, table: Path) -> dict[str, tuple[float, float, int]]:
+    """{metric: (low, high, n)} over the table's records of ``record``'s cell: the range widened by one standard
+    deviation each side; n the number of seeds."""
+    key = cell_key(_load(record)[1])
+    values: dict[str, list[float]] = {}
+    for other in records_of(table):
+        summary, saved = _load(other)
+        if cell_key(saved) != key:
+            continue
+        for metric in SPREAD_METRICS:
+            if metric in (summary.get("final") or {}):
+                values.setdefault(metric, []).append(float(summary["final"][metric]))
+    spread = {}
+    for metric, xs in values.items():
+        sd = float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+        spread[metric] = (min(xs) - sd, max(xs) + sd, len(xs))
+    return spread
+
+
+def reproduce_one(record: Path, table: Path, out: Path) -> tuple[str, str]:
+    """(outcome, line) for one record: outcome bit-identical | differs | within-spread | outside-spread |
+    no-spread | not-reproducible | failed."""
+    from ropelab.core.train import run
+
+    summary, saved = _load(record)
+    if saved.get("init_from") and not _exists(saved["init_from"]):
+        return "not-reproducible", (f"{record.name}: starts from init_from={saved['init_from']}, a checkpoint this "
+                                    f"clone lacks: train that run first")
+    kind_matches, kind_differs = same_kind(summary)
+    if summary.get("accelerator") == "cuda" and not torch.cuda.is_available():
+        return "not-reproducible", f"{record.name}: made on CUDA ({kind_differs}), and torch sees no CUDA device here"
+    scratch = out / table.name / record.name
+    if scratch.exists():
+        shutil.rmtree(scratch)  # a fresh run every time: a leftover would be skipped or resumed
+    retrained = run(pinned_config(summary, saved), scratch, record_dir=None)
+    where = runs.shorter(scratch)
+    if retrained.get("status") != "completed":
+        return "failed", f"{record.name}: retrained run {retrained.get('status')} ({retrained.get('error', '')}) in {where}"
+    if kind_matches:
+        diff, note = first_difference(record / "metrics.csv", scratch / "metrics.csv",
+                                      (summary.get("machine") or {}).get("commit"))
+        if not diff:
+            return "bit-identical", (f"{record.name}: bit-identical (metrics.csv, {retrained.get('steps')} steps"
+                                     f"{'; ' + note if note else ''}; {where})")
+        return "differs", f"{record.name}: NOT bit-identical on the CPU kind that made it: {diff} ({where})"
+    spread = seed_spread(record, table)
+    final = retrained.get("final") or {}
+    compared = [(m, final[m], *spread[m]) for m in SPREAD_METRICS if m in spread and m in final]
+    shown = ", ".join(f"{m} {x:.4f} in [{lo:.4f}, {hi:.4f}]" if lo <= x <= hi else f"{m} {x:.4f} outside [{lo:.4f}, {hi:.4f}]"
+                      for m, x, lo, hi, _ in compared)
+    seeds = max((n for *_, n in compared), default=0)
+    if seeds < 2:
+        return "no-spread", f"{record.name}: other CPU kind ({kind_differs}): no seed spread to compare ({seeds} seed)"
+    inside = all(lo <= x <= hi for _, x, lo, hi, _ in compared)
+    return ("within-spread" if inside else "outside-spread"), (
+        f"{record.name}: other CPU kind ({kind_differs}): {'within' if inside else 'NOT within'} seed spread "
+        f"({shown}; {seeds} seeds, range ± sd; {where})")
+
+
+REPRODUCED = ("bit-identical", "within-spread")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ropelab.reproduce", description=__doc__.splitlines()[0])
+    parser.add_argument("table", help="a table under results/ (bifocal_table1) or a folder of records")
+    parser.add_argument("--jobs", default=str(DEFAULT_JOBS), help=f"how many records (default {DEFAULT_JOBS}, the "
+                        "fastest-trained) or all")
+    parser.add_argument("--job", action="append", default=[], help="a record's folder name (repeatable)")
+    parser.add_argument("--out", type=Path, default=SCRATCH, help="the scratch folder (default runs/reproduce)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        if args.jobs != "all" and not (args.jobs.isdigit() and int(args.jobs) >= 1):
+            raise ConfigError(f"JOBS={args.jobs} is invalid: an integer >= 1 or all")
+        if runs.inside_results(args.out) or args.out.absolute() == RESULTS.absolute():
+            raise ConfigError(f"--out {args.out} is under results/: a reproduction goes to a scratch folder")
+        table = table_dir(args.table)
+        records = records_of(table)
+        if not records:
+            raise ConfigError(f"{table} holds no completed record to reproduce")
+        chosen = choose(records, args.jobs, args.job)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{runs.shorter(table)}: {len(records)} records, {identity.describe(identity.table(table))}; "
+          f"retraining {len(chosen)} into {runs.shorter(args.out / table.name)}", flush=True)
+    outcomes = []
+    for record in chosen:
+        outcome, line = reproduce_one(record, table, args.out)
+        outcomes.append(outcome)
+        print(line, flush=True)
+    ok = sum(o in REPRODUCED for o in outcomes)
+    counts = ", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes))
+    print(f"verdict: {'reproduced' if ok == len(outcomes) else 'NOT reproduced'} — {ok}/{len(outcomes)} jobs ({counts})")
+    return 0 if ok == len(outcomes) else 1
+
+
+def _exists(path: Any) -> bool:
+    try:
+        runs.checkpoint_path(path)
+        return True
+    except FileNotFoundError:
+        return False

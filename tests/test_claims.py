@@ -1,0 +1,175 @@
+"""Claims as data (issue 36): declarations decided from records by the one rule, the protocol enforced (one commit,
+one CPU kind, seeds disjoint from the calibration), bad declarations named in one line, README generated."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ropelab.analysis import claims as C
+from ropelab.core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_record(root, table, scheme, seed, acc, *, commit="a" * 40, cpu="AMD EPYC", gamma=0.0, task="mod_arith",
+                 steps=2000):
+    folder = root / "results" / table / f"pos={scheme},pos.momentum.gamma={gamma},seed={seed}"
+    folder.mkdir(parents=True)
+    config = {"task": {"name": task}, "pos": {"name": scheme, "momentum": {"gamma": gamma}}, "seed": seed,
+              "trainer": {"max_steps": steps}, "data": {"batch_size": 32}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    (folder / "summary.json").write_text(json.dumps({"status": "completed", "final": {"val/acc": acc},
+                                                     "machine": {"commit": commit, "cpu": {"model": cpu}}}))
+
+
+def declare(root, *claims, paper="Bifocal"):
+    folder = root / "conf" / "claims"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "test.yaml").write_text(yaml.safe_dump({"paper": paper, "claims": list(claims)}, allow_unicode=True))
+
+
+PAIRED = {"id": "spectral_wins", "claim": "spectral beats rope", "form": "paired", "table": "t",
+          "where": {"task.name": "mod_arith"}, "a": {"pos.name": "spectral"}, "b": {"pos.name": "rope"},
+          "metric": "val/acc", "direction": 1, "seeds": [0, 1, 2]}
+
+
+def scheme_pair(root, commits=("a" * 40,) * 2, cpus=("AMD EPYC",) * 2, seeds=(0, 1, 2)):
+    for s in seeds:
+        write_record(root, "t", "spectral", s, 0.9 + 0.01 * s, commit=commits[0], cpu=cpus[0])
+        write_record(root, "t", "rope", s, 0.5 + 0.02 * s, commit=commits[1], cpu=cpus[1])
+
+
+def test_a_paired_claim_is_decided_with_its_conditions_from_the_records(tmp_path):
+    scheme_pair(tmp_path)
+    declare(tmp_path, PAIRED)
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.word == "reproduced" and d.verdict.n == 3
+    assert d.verdict.diff == pytest.approx(0.4 - 0.01)
+    assert C.render(d).startswith("reproduced: +39.0 pts [")
+    assert d.conditions() == "results/t; 2000 steps × batch 32; AMD EPYC; commit aaaaaaa; seeds 0–2 (3 of 3 planned)"
+
+
+def test_pairing_two_commits_or_two_cpu_kinds_is_refused_unless_declared_equivalent(tmp_path):
+    scheme_pair(tmp_path, commits=("e7b213e" + "0" * 33, "0577cb1" + "0" * 33))
+    declare(tmp_path, PAIRED)
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.word == "refused" and d.verdict.diff is None
+    assert C.render(d) == ("refused: pairs records of 2 code versions: 0577cb1 (3 runs), e7b213e (3 runs); "
+                           "rerun at one commit, or declare them equivalent and why")
+    declare(tmp_path, {**PAIRED, "equivalent": {"commits": "the two differ only in the report code"}})
+    assert C.decide_all(tmp_path)[0].verdict.word == "reproduced"
+
+
+def test_two_cpu_kinds_are_refused(tmp_path):
+    scheme_pair(tmp_path, cpus=("AMD EPYC", "Intel(R) Xeon(R) Processor"))
+    declare(tmp_path, PAIRED)
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.word == "refused" and "2 CPU kinds" in d.verdict.reason
+
+
+def test_seeds_that_chose_the_budget_are_flagged_and_missing_seeds_are_incomplete(tmp_path):
+    scheme_pair(tmp_path)
+    write_record(tmp_path, "calibration/mod_arith", "rope", 1, 0.9, steps=2000)
+    write_record(tmp_path, "calibration/mod_arith", "rope", 7, 0.9, steps=4000)
+    declare(tmp_path, {**PAIRED, "seeds": [0, 1, 2, 3, 4],
+                       "calibration": [{"table": "calibration/mod_arith", "where": {"trainer.max_steps": 2000}}]})
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.word == "incomplete" and (d.verdict.n, d.verdict.planned) == (3, 5)
+    assert C.render(d).startswith("incomplete (3 of 5), so far reproduced: ")
+    assert d.flags == ["⚠ seeds 1 also chose the budget (results/calibration/mod_arith)"]
+    assert "seeds 0–2 (3 of 5 planned)" in d.conditions()
+
+
+def test_a_seed_outside_the_planned_ones_is_not_used(tmp_path):
+    scheme_pair(tmp_path, seeds=(0, 1, 2, 3))
+    declare(tmp_path, PAIRED)
+    assert C.decide_all(tmp_path)[0].verdict.n == 3, "seed 3 was added after the plan: it needs the claim edited"
+
+
+def test_a_trend_is_decided_on_each_seeds_slope_over_the_axis(tmp_path):
+    for s in range(3):
+        for i, g in enumerate((0.0, 0.5, 2.0)):
+            write_record(tmp_path, "t", "rope", s, 0.3 + 0.2 * i + 0.01 * s * i, gamma=g)
+    declare(tmp_path, {"id": "up", "claim": "rises with γ", "form": "trend", "table": "t", "metric": "val/acc",
+                       "axis": "pos.momentum.gamma", "values": [0, 0.5, 2.0], "direction": 1, "seeds": [0, 1, 2]})
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.word == "reproduced" and d.verdict.diff == pytest.approx(0.21)
+    assert "pts per step of gamma" in C.render(d)
+
+
+def test_a_composite_with_a_relative_drop_lists_its_parts(tmp_path):
+    for s in range(3):
+        write_record(tmp_path, "t", "rope", s, 0.9, gamma=0.0)
+        write_record(tmp_path, "t", "rope", s, 0.45 + 0.01 * s, gamma=2.0)
+        write_record(tmp_path, "t", "spectral", s, 0.8, gamma=0.0)
+        write_record(tmp_path, "t", "spectral", s, 0.4 + 0.02 * s, gamma=2.0)
+    declare(tmp_path, {"id": "drops", "claim": "rope drops less", "form": "composite", "table": "t",
+                       "metric": "val/acc", "drop": {"axis": "pos.momentum.gamma", "from": 0, "to": 2},
+                       "direction": -1, "seeds": [0, 1, 2],
+                       "parts": [{"name": "rope − spectral", "form": "paired", "a": {"pos.name": "rope"},
+                                  "b": {"pos.name": "spectral"}},
+                                 {"name": "rope against 60 %", "form": "level", "a": {"pos.name": "rope"},
+                                  "threshold": 0.6}]})
+    [d] = C.decide_all(tmp_path)
+    first = dict(d.verdict.parts)["rope − spectral"]
+    expected = [(0.9 - (0.45 + 0.01 * s)) / 0.9 - (0.8 - (0.4 + 0.02 * s)) / 0.8 for s in range(3)]
+    assert first.diff == pytest.approx(sum(expected) / 3)
+    assert d.verdict.word == "partly" and C.render(d).startswith("partly — rope − spectral: ")
+    assert " %" in C.render(d), "a relative drop is written in %"
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"table": "no_such_table"}, "table 'no_such_table' is not one of: bifocal_calibrated, bifocal_confirm,"),
+    ({"metric": "val/accuracy"}, "metric 'val/accuracy' is not one of: val/acc,"),
+    ({"a": {"pos.name": "rpoe"}}, "a pos.name 'rpoe' is not one of: alibi, bifocal,"),
+    ({"form": "ttest"}, "form 'ttest' is not one of: paired, level, trend, composite"),
+    ({"direction": 2}, "direction 2 is not one of: 1, -1, 0"),
+    ({"where": {"task.nmae": "x"}}, "where key 'task.nmae' is not one of: "),
+    ({"rule": "t"}, "key 'rule' is not one of: "),
+    ({"equivalent": {"commits": True}}, "equivalent commits needs the reason they may be pooled"),
+    ({"equivalent": {"machines": "same"}}, "equivalent key 'machines' is not one of: commits, cpus"),
+])
+def test_a_bad_key_is_one_line_naming_it_and_the_valid_choices(tmp_path, capsys, change, named):
+    scheme_pair(tmp_path)
+    declare(tmp_path, {**PAIRED, **change})
+    with pytest.raises(ConfigError, match="^test.yaml: claim spectral_wins: ") as err:
+        C.decide_all(tmp_path)
+    assert named in str(err.value) and "\n" not in str(err.value)
+    (tmp_path / "README.md").write_text("")
+    assert C.main(["--root", str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and named in out
+
+
+def test_a_table_planned_by_a_preset_may_be_declared_before_its_runs(tmp_path):
+    scheme_pair(tmp_path)
+    declare(tmp_path, {**PAIRED, "table": "bifocal_confirm", "seeds": [100, 101]})
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.word == "not run" and C.render(d) == "not run (0 of 2)"
+    assert d.conditions() == "results/bifocal_confirm: no record of these cells yet; seeds 100–101 planned"
+
+
+def test_readme_blocks_are_rewritten_between_their_markers_only(tmp_path):
+    scheme_pair(tmp_path)
+    declare(tmp_path, PAIRED)
+    start, end = C._markers("summary")
+    bstart, bend = C._markers("bifocal")
+    readme = f"intro\n{start}\nold\n{end}\nmiddle\n{bstart}\n{bend}\nend\n"
+    (tmp_path / "README.md").write_text(readme)
+    assert C.main(["--root", str(tmp_path), "--check"]) == 1
+    assert C.main(["--root", str(tmp_path), "--write-readme"]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert text.startswith("intro\n") and "\nmiddle\n" in text and text.endswith("end\n") and "old" not in text
+    assert "**1 claims computed from the records" in text and "| spectral beats rope |" in text
+    assert C.main(["--root", str(tmp_path), "--check"]) == 0
+    (tmp_path / "README.md").write_text("no markers\n")
+    assert C.main(["--root", str(tmp_path)]) == 2
+
+
+def test_readme_claims_tables_are_the_commands_output():
+    """README's claims tables and tally are generated: edit conf/claims/ and run `make claims`, never the table."""
+    readme = (ROOT / "README.md").read_text()
+    generated = C.with_blocks(readme, C.blocks(C.decide_all(ROOT)))
+    assert generated == readme, "README's claims blocks differ from `python -m ropelab.claims --write-readme`"

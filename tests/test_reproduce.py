@@ -1,0 +1,168 @@
+"""Issue 39: a record reproduces from its own config (make reproduce), what changes a job's numbers is part of its
+identity, and committed records carry no machine paths."""
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, TINY, train_here
+from ropelab.core import identity
+from ropelab.experiments import reproduce
+
+sys.path.insert(0, str(ROOT / "tools"))
+import portable_records  # noqa: E402
+
+STEPS = ["task=mod_arith", "trainer.max_steps=6", "trainer.val_every=3", "trainer.precision=32-true"]
+
+
+@pytest.fixture
+def table(tmp_path):
+    """A table of one record, made by a tiny job."""
+    table = tmp_path / "results" / "tiny_table"
+    summary = train_here(*TINY, *STEPS, f"record={table}", run_dir=tmp_path / "runs" / "pos=rope,seed=0")
+    assert summary["status"] == "completed"
+    return table
+
+
+def test_a_tiny_record_reproduces_bit_for_bit(table, tmp_path, capsys):
+    record = table / "pos=rope,seed=0"
+    before = {p.name: p.read_bytes() for p in record.iterdir()}
+    assert reproduce.main([str(table), "--out", str(tmp_path / "scratch")]) == 0
+    out = capsys.readouterr().out
+    assert "pos=rope,seed=0: bit-identical" in out
+    assert "verdict: reproduced — 1/1 jobs (1 bit-identical)" in out
+    assert (tmp_path / "scratch" / "tiny_table" / "pos=rope,seed=0" / "metrics.csv").read_bytes() == \
+        (record / "metrics.csv").read_bytes()
+    assert {p.name: p.read_bytes() for p in record.iterdir()} == before  # the record untouched
+
+
+def test_a_changed_record_is_not_bit_identical(table, tmp_path, capsys):
+    metrics = table / "pos=rope,seed=0" / "metrics.csv"
+    lines = metrics.read_text().splitlines()
+    lines[2] = lines[2].replace(lines[2].split(",")[-5], "0.123", 1)  # one digit string of step 1 changed
+    metrics.write_text("\n".join(lines) + "\n")
+    assert reproduce.main([str(table), "--out", str(tmp_path / "scratch")]) == 1
+    out = capsys.readouterr().out
+    assert "NOT bit-identical on the CPU kind that made it: first differs at step 1" in out
+    assert out.rstrip().endswith("(1 differs)")
+
+
+def test_another_cpu_kind_is_compared_with_the_seed_spread(table, tmp_path, capsys):
+    for seed in (1, 2):
+        train_here(*TINY, *STEPS, f"seed={seed}", f"record={table}", run_dir=tmp_path / "runs" / f"pos=rope,seed={seed}")
+    summary_path = table / "pos=rope,seed=0" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["machine"]["cpu"] = {"model": "Another CPU", "flags": ["avx2"]}
+    summary_path.write_text(json.dumps(summary))
+    assert reproduce.main([str(table), "--job", "pos=rope,seed=0", "--out", str(tmp_path / "scratch")]) == 0
+    out = capsys.readouterr().out
+    assert "pos=rope,seed=0: other CPU kind (CPU Another CPU [avx2] here" in out
+    assert "within seed spread (val/exact" in out and "3 seeds" in out
+
+
+def test_bad_arguments_are_one_line(tmp_path, capsys):
+    assert reproduce.main(["no_such_table"]) == 2
+    assert "TABLE=no_such_table is no table: choose one of" in capsys.readouterr().err
+    assert reproduce.main(["bifocal_table1", "--jobs", "0"]) == 2
+    assert "JOBS=0 is invalid: an integer >= 1 or all" in capsys.readouterr().err
+    assert reproduce.main(["bifocal_table1", "--out", "results/x"]) == 2
+    assert "is under results/" in capsys.readouterr().err
+
+
+def test_a_record_reads_as_the_behaviour_it_had_before_a_setting_existed():
+    old = {"status": "completed", "precision": "bf16-mixed", "accelerator": "cpu"}
+    assert identity.of_record(old, {"trainer": {"threads": 1, "devices": 1}}) == {
+        "optim.fused": False, "trainer.compile": False, "trainer.precision": "bf16-mixed", "trainer.threads": 1,
+        "trainer.accelerator": "cpu", "trainer.devices": 1}
+    fused = {**old, "fused_adamw": True, "compile": True, "threads": 2}
+    assert identity.of_record(fused, {"optim": {"fused": "auto"}})["optim.fused"] is True
+    assert identity.of_record({**fused, "identity": {"optim.fused": False}}) == {"optim.fused": False}
+
+
+def test_a_committed_record_of_an_unfused_table_reads_unfused():
+    found = identity.read(ROOT / "results" / "bifocal_table1" / "pos=rope,seed=0,task=mod_arith")
+    assert found["optim.fused"] is False and found["trainer.threads"] == 1 and found["trainer.compile"] is False
+
+
+def test_pope_baselines_is_reported_mixed():
+    """Its rope and pope rows link the batch-256 ladder's unfused records; its own jobs ran fused."""
+    counts = identity.table(ROOT / "results" / "pope_baselines")
+    fused = Counter()
+    for key, n in counts.items():
+        fused[dict(key)["optim.fused"]] += n
+    assert fused[True] and fused[False]
+    assert identity.describe(counts).startswith("mixed: ") and "optim.fused=" in identity.describe(counts)
+
+
+def test_a_job_computing_otherwise_than_its_table_is_a_trial(table):
+    ran = identity.read(table / "pos=rope,seed=0")
+    assert identity.trial_reason(ran, table, "pos=rope,seed=1") == ""
+    why = identity.trial_reason({**ran, "optim.fused": True}, table, "pos=rope,seed=1")
+    assert why.startswith(f"optim.fused=true differs from {table}'s records (optim.fused=false)")
+    assert "a trial, not recorded" in why
+    assert identity.trial_reason({**ran, "optim.fused": True}, table, "pos=rope,seed=0") == ""  # its own, aside
+
+
+def test_job_folder_names_leave_out_the_one_list():
+    from ropelab.core.config import compose  # noqa: F401  (registers the resolvers)
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = hydra_compose("config", overrides=["optim.fused=true", "trainer.threads=2", "seed=3",
+                                                 "trainer.precision=32-true"], return_hydra_config=True)
+    assert list(cfg.hydra.job.config.override_dirname.exclude_keys) == identity.job_name_excludes()
+    assert cfg.hydra.job.override_dirname == "seed=3,trainer.precision=32-true"
+    from ropelab.analysis.report.sweep import IGNORED_KEYS
+
+    assert set(identity.COMPUTE) <= IGNORED_KEYS and set(identity.BOOKKEEPING) <= IGNORED_KEYS | {"logger"}
+
+
+def test_new_records_hold_checkout_relative_paths(table):
+    text = (table / "pos=rope,seed=0" / "config.yaml").read_text()
+    assert f"record: {table}" in text  # outside the checkout: as given
+    assert portable_records.portable("/work/wt4/runs/pope_indirect/pos=rope,seed=0") == "runs/pope_indirect/pos=rope,seed=0"
+    assert portable_records.portable("/work/main/results/momentum_gamma") == "results/momentum_gamma"
+    text = '"run_dir": "/work/wt/runs/t/pos=rope,seed=0,task=mod_arith",\nrecord: /x/results/t\n| q / k | https://a.b/c |'
+    once = portable_records.rewrite(text)
+    assert once == '"run_dir": "runs/t/pos=rope,seed=0,task=mod_arith",\nrecord: results/t\n| q / k | https://a.b/c |'
+    assert portable_records.rewrite(once) == once
+
+
+def test_no_committed_file_under_results_holds_an_absolute_path():
+    tracked = subprocess.run(["git", "ls-files", "-z", "results"], cwd=ROOT, capture_output=True, text=True).stdout
+    found = []
+    for name in filter(None, tracked.split("\0")):
+        path = ROOT / name
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        if match := portable_records.ABSOLUTE.search(text):
+            found.append(f"{name}: {match.group(0)}")
+    assert not found, f"absolute paths (python tools/portable_records.py rewrites them): {found[:5]}"
+    assert not re.search(r"/work/|/home/", "".join(found))
+
+
+def test_grad_norm_logged_before_it_was_the_clippings_is_set_aside_only_for_records_of_then(table, tmp_path, capsys):
+    """Before c6b9119 train/grad_norm was logged from another reduction of the norm the clipping used: a record of
+    then differs in that column only, by rounding; the same difference in a later record is a difference."""
+    record = table / "pos=rope,seed=0"
+    metrics = record / "metrics.csv"
+    rows = [line.split(",") for line in metrics.read_text().splitlines()]
+    col = rows[0].index("train/grad_norm")
+    rows[2][col] = repr(float(rows[2][col]) * (1 + 1e-7))
+    metrics.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    assert reproduce.main([str(table), "--out", str(tmp_path / "scratch")]) == 1
+    assert "first differs at step 1, train/grad_norm" in capsys.readouterr().out
+    summary = json.loads((record / "summary.json").read_text())
+    summary["machine"]["commit"] = "b7253535a148ff721170e70264764a2ba2bcefb5"  # a commit of before c6b9119
+    (record / "summary.json").write_text(json.dumps(summary))
+    assert reproduce.main([str(table), "--out", str(tmp_path / "scratch")]) == 0
+    assert "bit-identical (metrics.csv, 6 steps; train/grad_norm aside: 1 rows differ" in capsys.readouterr().out

@@ -1,0 +1,98 @@
+"""Issue 39, item 5: the smaller things a user meets — each error one line that names what was typed and leads
+somewhere, an interrupt in the final evaluation that keeps the metrics, a quiet resume, README pointers that
+resolve."""
+
+import re
+import warnings
+
+import pytest
+
+from conftest import ROOT, TINY, torch_threads_kept
+from ropelab.core import cli, train
+from ropelab.core.config import compose
+from ropelab.core.errors import ConfigError
+from ropelab.core.schema import check_schema
+from ropelab.core.train import as_typed, run
+
+import tasks
+
+
+def refused(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        cli.check_overrides(argv)
+    assert stop.value.code == 2
+    return capsys.readouterr().err.strip()
+
+
+def test_an_unknown_key_suggests_the_known_one_not_a_plus_that_fails_alike(capsys):
+    err = refused(["trainer.max_step=5"], capsys)
+    assert err.startswith("error: trainer.max_step is not a known key (did you mean trainer.max_steps?)")
+    assert "+trainer" not in err
+    with pytest.raises(ConfigError, match=r"trainer.max_step is not a known key \(did you mean trainer.max_steps\?\)"):
+        check_schema(compose(["+trainer.max_step=5"]))
+
+
+def test_a_range_the_wrong_way_round_names_both_ends():
+    with pytest.raises(ConfigError) as err:
+        tasks.build("bio_rotation", gap_min=300)
+    assert str(err.value) == ("task.gap_min=300 is above task.gap_max=200: a range needs task.gap_min <= task.gap_max "
+                              "(change either)")
+    with pytest.raises(ConfigError, match=r"^task.terms_min=5 is above task.terms_max=3"):
+        tasks.build("mod_arith", terms_min=5, terms_max=3)
+
+
+def test_an_unknown_task_option_is_one_line_without_the_class():
+    with pytest.raises(ConfigError) as err:
+        tasks.build("bio_rotation", foo=1)
+    assert str(err.value).startswith("task.foo is not an option of task=bio_rotation: valid keys are motif_len, gap_min")
+    assert "__init__" not in str(err.value)
+
+
+def test_a_float_for_an_integer_is_echoed_as_typed():
+    with pytest.raises(ConfigError) as err:
+        check_schema(compose(["trainer.max_steps=1e3"]))
+    assert str(err.value).startswith("trainer.max_steps=1000.0 is invalid: an integer >= 1")
+    assert "write 1000" in str(err.value)
+    assert as_typed(str(err.value), ["trainer.max_steps=1e3"]).startswith("trainer.max_steps=1e3 is invalid")
+    assert as_typed("pos.base=-5 is invalid: a number > 1", ["pos.base=-5"]) == "pos.base=-5 is invalid: a number > 1"
+
+
+STEPS = ["task=mod_arith", "trainer.max_steps=4", "trainer.val_every=2", "trainer.precision=32-true"]
+
+
+def test_ctrl_c_in_the_final_evaluation_keeps_the_metrics_and_a_resume_ends_them(tmp_path, monkeypatch):
+    import lightning.pytorch as pl
+
+    real_test = pl.Trainer.test
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    cfg = compose([*TINY, *STEPS])
+    with torch_threads_kept():
+        monkeypatch.setattr(pl.Trainer, "test", interrupted)
+        stopped = run(cfg, tmp_path / "job")
+        assert stopped["status"] == "interrupted"
+        assert {"train/loss", "val/loss", "val/exact"} <= set(stopped["final"])
+        monkeypatch.setattr(pl.Trainer, "test", real_test)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            train._quiet_harmless_warnings()  # what importing ropelab.core.train installs, ahead of "always"
+            resumed = run(cfg, tmp_path / "job")
+    assert resumed["status"] == "completed" and resumed["resumed_from_step"] == 4
+    assert resumed["final"]["train/loss"] == stopped["final"]["train/loss"]
+    assert resumed["final"]["val/loss"] == stopped["final"]["val/loss"]
+    assert {"test/exact", "ood/exact"} <= set(resumed["final"])
+    assert not [w for w in caught if "exists and is not empty" in str(w.message)]
+
+
+README_POINTER = re.compile(r"README,? \"([^\"]+)\"")
+
+
+def test_readme_section_pointers_name_sections_that_exist():
+    headings = [line.lstrip("#").strip() for line in (ROOT / "README.md").read_text().splitlines()
+                if line.startswith("#")]
+    files = [ROOT / "Makefile", ROOT / "pyproject.toml", *sorted((ROOT / "conf").rglob("*.yaml"))]
+    stale = [f"{path.relative_to(ROOT)}: {name}" for path in files for name in README_POINTER.findall(path.read_text())
+             if not any(h.startswith(name) for h in headings)]
+    assert not stale
