@@ -102,6 +102,9 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
     assert "single@0.1 − geometric" in printed and "| geometric | 2 − 0 |" in printed
     claim = "| geometric, γ 2 − 0 | low-frequency share grows with γ: low third (weights) | incomplete (1 of 3)"
     assert claim in printed
+    assert er.main([str(sweep), "--out", str(tmp_path / "half"), "--examples", "8", "--claim-gamma", "0.5"]) == 0
+    assert "| geometric, γ 0.5 − 0 | low-frequency share grows with γ: low third (weights) | not run (0 of 3)" \
+        in capsys.readouterr().out  # the declared γ has no runs
     assert (out / "escape_routes.png").stat().st_size > 1000
 
 
