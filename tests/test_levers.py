@@ -117,7 +117,8 @@ def test_clipping_by_the_divergence_checks_norm_is_lightnings_clipping_bit_for_b
 def test_a_run_clips_with_the_fused_optimiser_and_records_it(precision, tmp_path):
     """Lightning's own clipping refuses an optimiser that unscales in its step, which a fused AdamW claims to even
     under bf16-mixed: the run clips through LitLM.configure_gradient_clipping instead."""
-    summary = train_here("task=mod_arith", *TINY, "trainer.max_steps=3", "trainer.val_every=3", "trainer.threads=1",
+    summary = train_here("task=mod_arith", *TINY, "optim.fused=auto", "trainer.max_steps=3", "trainer.val_every=3",
+                         "trainer.threads=1",
                          f"trainer.precision={precision}", "trainer.accelerator=cpu", "trainer.progress=off",
                          "trainer.gradient_clip_val=1e-3", run_dir=tmp_path / "run")
     assert summary["status"] == "completed", summary.get("error")
