@@ -4,6 +4,7 @@ one CPU kind, seeds disjoint from the calibration), bad declarations named in on
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -173,3 +174,84 @@ def test_readme_claims_tables_are_the_commands_output():
     readme = (ROOT / "README.md").read_text()
     generated = C.with_blocks(readme, C.blocks(C.decide_all(ROOT)))
     assert generated == readme, "README's claims blocks differ from `python -m ropelab.claims --write-readme`"
+
+
+# ----------------------------------------------------------------------------------------------- analysis tables
+
+def write_analysis(root, table, name, rows):
+    folder = root / "results" / table
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(folder / name, index=False)
+
+
+def run_of(scheme, seed, gamma=0.0):
+    return f"runs/t/pos={scheme},pos.momentum.gamma={gamma},seed={seed}"  # recorded as results/t/<run>
+
+
+def test_resonance_shares_are_paired_by_seed_between_moments_of_one_cell(tmp_path):
+    for s in range(3):
+        write_record(tmp_path, "t", "spectral", s, 0.9)
+    shares = {0: (0.10, 0.15), 1: (0.12, 0.15), 2: (0.16, 0.15)}  # (end, init)
+    write_analysis(tmp_path, "resonance", "resonance.csv",
+                   [{"cell": "t · dyck3 · spectral", "run": run_of("spectral", s), "seed": s, "share_final": end,
+                     "share_init": init, "null_mean": 0.13} for s, (end, init) in shares.items()])
+    declare(tmp_path, {"id": "res", "claim": "end beats init", "form": "paired", "table": "resonance",
+                       "where": {"cell": "t · dyck3 · spectral"}, "a": {"moment": "end"}, "b": {"moment": "init"},
+                       "metric": "resonance/share", "direction": 1, "seeds": [0, 1, 2], "decimals": 3})
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.n == 3 and d.verdict.diff == pytest.approx((0.10 + 0.12 + 0.16) / 3 - 0.15)
+    assert C.render(d).startswith("no difference detected: −0.023 [")
+    assert d.conditions() == ("results/resonance; 2000 steps × batch 32; AMD EPYC; commit aaaaaaa; seeds 0–2 (3 of 3 "
+                              "planned)")  # the machine and commit of the runs the table read
+
+
+def test_depth_manifold_rows_are_selected_by_scheme_layer_and_split(tmp_path):
+    rows = [{"run": run_of(scheme, s), "scheme": scheme, "seed": s, "layer": layer, "split": split,
+             "cos_10_11_centred": 0.5, "probe": base + 0.1 * s + (layer == 1 and split == "ood") * 0.2}
+            for scheme, base in (("spectral", 0.5), ("rope", 0.4)) for s in range(3)
+            for layer in (0, 1) for split in ("id", "ood")]
+    rows = [{**r, "probe": r["probe"] - 0.2} if r["scheme"] == "rope" else r for r in rows]
+    write_analysis(tmp_path, "depth_manifold", "depth_manifold.csv", rows)
+    declare(tmp_path, {"id": "probe", "claim": "spectral decodes depth", "form": "paired", "table": "depth_manifold",
+                       "where": {"split": "ood", "layer": 1}, "a": {"pos.name": "spectral"},
+                       "b": {"pos.name": "rope"}, "metric": "depth/probe", "direction": 1, "seeds": [0, 1, 2]})
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.diff == pytest.approx(0.3) and d.verdict.n == 3  # 0.1 + the 0.2 rope loses at ood layer 1 only
+
+
+def test_escape_routes_relative_exposure_change_is_the_engines_drop_with_its_sign_turned(tmp_path):
+    exposure = {("geometric", 0.0): [1.0, 0.8, 0.9], ("geometric", 2.0): [0.5, 0.6, 0.45],
+                ("single@1", 0.0): [1.0, 1.0, 1.0], ("single@1", 2.0): [1.0, 1.0, 1.0]}
+    write_analysis(tmp_path, "escape_routes", "escape_routes_runs.csv",
+                   [{"run": f"runs/t/{p},{g},{s}", "task": "global_counting", "profile": p, "gamma": g, "seed": s,
+                     "low_share_weights": 0.3, "exposure_weights": e} for (p, g), es in exposure.items()
+                    for s, e in enumerate(es)])
+    declare(tmp_path, {"id": "profiles", "claim": "single escapes less", "form": "paired", "table": "escape_routes",
+                       "where": {"task.name": "global_counting"}, "a": {"pos.freqs": "single@1"},
+                       "b": {"pos.freqs": "geometric"}, "metric": "escape/exposure_weights",
+                       "drop": {"axis": "pos.momentum.gamma", "from": 0.0, "to": 2.0}, "direction": -1,
+                       "seeds": [0, 1, 2]}, paper="Momentum")
+    [d] = C.decide_all(tmp_path)
+    relative = [at / base - 1 for at, base in zip(exposure[("geometric", 2.0)], exposure[("geometric", 0.0)])]
+    assert d.verdict.diff == pytest.approx(-(0 - sum(relative) / 3))  # single@1 − geometric of at/base − 1, negated
+    assert d.verdict.word == "reproduced"
+
+
+def test_an_analysis_table_may_be_declared_before_its_output_exists(tmp_path):
+    declare(tmp_path, {"id": "low", "claim": "low share grows", "form": "paired", "table": "escape_routes",
+                       "a": {"pos.momentum.gamma": 2.0}, "b": {"pos.momentum.gamma": 0.0},
+                       "metric": "escape/low_share_weights", "direction": 1, "seeds": [100, 101]}, paper="Momentum")
+    [d] = C.decide_all(tmp_path)
+    assert C.render(d) == "not run (0 of 2)"
+    assert d.conditions() == "results/escape_routes: no record of these cells yet; seeds 100–101 planned"
+
+
+def test_a_bad_key_in_an_analysis_declaration_is_one_line(tmp_path):
+    write_analysis(tmp_path, "resonance", "resonance.csv",
+                   [{"cell": "c", "run": run_of("spectral", 0), "seed": 0, "share_final": 0.1, "share_init": 0.1,
+                     "null_mean": 0.1}])
+    declare(tmp_path, {"id": "res", "claim": "end beats init", "form": "paired", "table": "resonance",
+                       "a": {"momnet": "end"}, "b": {"moment": "init"}, "metric": "resonance/share",
+                       "direction": 1, "seeds": [0]})
+    with pytest.raises(ConfigError, match="^test.yaml: claim res: a key 'momnet' is not one of: cell, moment, seed$"):
+        C.decide_all(tmp_path)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import TINY, train_here
+from ropelab.analysis import claims as C
 from ropelab.analysis import depth_manifold as dm
 from ropelab.core.data import draw
 from ropelab.core.model import LlamaConfig, build_model
@@ -88,8 +89,9 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
     per_depth = pd.read_csv(out / "depth_manifold_per_depth.csv")
     assert per_depth["cos_next"].between(-1, 1).all()
     assert "spectral − rope" in printed and "| rope | 2 |" in printed
-    claim = "| spectral − rope | depth more decodable beyond the trained depths: probe (ood) | says nothing (one pair"
-    assert claim in printed
+    records = C.depth_manifold_records(out / "depth_manifold.csv", "depth_manifold", tmp_path)  # the claims' reader
+    assert len(records) == len(table)
+    assert [r.value("depth/probe") for r in records] == pytest.approx(table["probe"].tolist(), nan_ok=True)
     assert (out / "depth_pca_rope.png").stat().st_size > 1000 and (out / "depth_pca_spectral.png").is_file()
 
 

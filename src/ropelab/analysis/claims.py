@@ -16,7 +16,9 @@ before the runs and the level that counts as learned. Forms:
 to}) turns each cell into its seeds' relative drop between two settings of an axis. Besides run records
 (``results/<table>/<run>/``), two analysis tables read as records: ``<table>/extrapolation`` (``ropelab.extrapolate``:
 loss per run × variant × length) and ``<table>/freq_usage`` (``ropelab.freq_usage``: high-frequency share per run ×
-layer × side), each carrying its run's machine and commit.
+layer × side), each carrying its run's machine and commit; so do the mechanism analyses' tables (issue 38),
+``resonance`` (``resonance/resonance.csv``), ``depth_manifold`` (``depth_manifold/depth_manifold.csv``) and
+``escape_routes`` (``escape_routes/escape_routes_runs.csv``), declarable before their output exists.
 
 The protocol is enforced here, not remembered: a comparison whose records ran at more than one commit or on more
 than one CPU kind is refused, with the line that says so, unless the claim's ``equivalent`` says why they may be
@@ -50,11 +52,13 @@ from ropelab.core.errors import ConfigError
 
 FORMS = ("paired", "level", "trend", "composite")
 METRICS = ("val/acc", "val/exact", "val/loss", "test/acc", "test/exact", "test/loss", "ood/acc", "ood/exact",
-           "ood/loss", "attention/local_mass", "attention/local_mass_over_uniform", "onset", "phase/alternation", "eval/loss", "eval/loss_growth", "freq/high_share")
+           "ood/loss", "attention/local_mass", "attention/local_mass_over_uniform", "onset", "phase/alternation", "eval/loss", "eval/loss_growth", "freq/high_share",
+           "resonance/share", "depth/cos_10_11_centred", "depth/probe", "escape/low_share_weights",
+           "escape/exposure_weights")
 ACCURACIES = {"val/acc", "val/exact", "test/acc", "test/exact", "ood/acc", "ood/exact"}
 CLAIM_KEYS = {"id", "claim", "says", "form", "table", "where", "a", "b", "metric", "direction", "seeds", "learned",
               "floor", "ceiling", "margin", "threshold", "axis", "values", "parts", "name", "equivalent",
-              "calibration", "note", "row", "drop"}
+              "calibration", "note", "row", "drop", "decimals"}
 DROP_KEYS = {"axis", "from", "to"}
 GUESS_EXAMPLES = 4000  # enough for the floor to ±1 point; the command stays well under a minute
 EQUIVALENT_KEYS = {"commits", "cpus"}
@@ -129,14 +133,23 @@ def read_records(results: Path) -> dict[str, list[Record]]:
     for csv in sorted(results.glob("*/freq_usage/freq_usage.csv")):
         table = csv.parent.relative_to(results).as_posix()
         tables[table] = freq_usage_records(csv, table, results)
+    for table, (name, reader) in ANALYSIS_TABLES.items():
+        if (results / table / name).is_file():
+            tables[table] = reader(results / table / name, table, results)
     return tables
 
 
 def _run_record(results: Path, run: str) -> tuple[Path, dict, dict]:
     """(record folder, its summary, its flat config) of the run an analysis table names (``runs/<table>/<run>``
-    is recorded as ``results/<table>/<run>``); empty where it is not recorded."""
+    is recorded as ``results/<table>/<run>``, or in the table its sweep's preset records into,
+    ``conf/experiment/<sweep>.yaml``'s ``record``); empty where it is not recorded."""
     source = Path(run)
     folder = results / source.parent.name / source.name
+    preset = ROOT / "conf" / "experiment" / f"{source.parent.name}.yaml"
+    if not folder.is_dir() and preset.is_file():
+        record = str((yaml.safe_load(preset.read_text()) or {}).get("record") or "")
+        if record.startswith("results/"):
+            folder = results / record.removeprefix("results/") / source.name
     summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
     config = flatten(yaml.safe_load((folder / "config.yaml").read_text())) if (folder / "config.yaml").is_file() else {}
     return folder, summary, config
@@ -177,6 +190,56 @@ def evaluation_records(csv: Path, table: str, results: Path) -> list[Record]:
                   "data.batch_size": run.get("data.batch_size")}
         out.append(Record(table, f"{source.name} {row.label} ×{row.factor:g}", config, summary, record_dir))
     return out
+
+
+def _analysis_record(results: Path, table: str, run: str, label: str, config: dict, final: dict) -> Record:
+    """One row of an analysis table as a record: its own config keys over its run's, its run's machine and commit."""
+    folder, summary, run_config = _run_record(results, run)
+    return Record(table, f"{Path(run).name} {label}".strip(), {**run_config, **config}, {**summary, "final": final},
+                  folder)
+
+
+RESONANCE_MOMENTS = {"end": "share_final", "init": "share_init", "random": "null_mean"}
+
+
+def resonance_records(csv: Path, table: str, results: Path) -> list[Record]:
+    """``ropelab.resonance``'s table as records: one per run × ``moment`` (end: the final Ω's resonance share;
+    init: step 0's; random: the matched random spectra's mean), its metric ``resonance/share``, its ``cell`` the
+    analysis's group of runs."""
+    rows = pd.read_csv(csv)
+    return [_analysis_record(results, table, row.run, moment, {"cell": row.cell, "seed": int(row.seed),
+                                                                "moment": moment},
+                             {"resonance/share": float(getattr(row, column))})
+            for row in rows.itertuples(index=False) for moment, column in RESONANCE_MOMENTS.items()]
+
+
+def depth_manifold_records(csv: Path, table: str, results: Path) -> list[Record]:
+    """``ropelab.depth_manifold``'s table as records: one per run × layer × split (id / ood), its metrics
+    ``depth/cos_10_11_centred`` and ``depth/probe``."""
+    rows = pd.read_csv(csv)
+    return [_analysis_record(results, table, row.run, f"layer {row.layer} {row.split}",
+                             {"pos.name": row.scheme, "seed": int(row.seed), "layer": int(row.layer),
+                              "split": row.split},
+                             {"depth/cos_10_11_centred": float(row.cos_10_11_centred), "depth/probe": float(row.probe)})
+            for row in rows.itertuples(index=False)]
+
+
+def escape_routes_records(csv: Path, table: str, results: Path) -> list[Record]:
+    """``ropelab.escape_routes``' run table as records: one per run, its metrics ``escape/low_share_weights`` and
+    ``escape/exposure_weights`` (the declared reading: q, k before momentum)."""
+    rows = pd.read_csv(csv)
+    return [_analysis_record(results, table, row.run, "",
+                             {"task.name": row.task, "pos.freqs": row.profile, "pos.momentum.gamma": float(row.gamma),
+                              "seed": int(row.seed)},
+                             {"escape/low_share_weights": float(row.low_share_weights),
+                              "escape/exposure_weights": float(row.exposure_weights)})
+            for row in rows.itertuples(index=False)]
+
+
+# table under results/ → (the analysis's csv in it, its reader); a declaration may name one before its output exists
+ANALYSIS_TABLES = {"resonance": ("resonance.csv", resonance_records),
+                   "depth_manifold": ("depth_manifold.csv", depth_manifold_records),
+                   "escape_routes": ("escape_routes_runs.csv", escape_routes_records)}
 
 
 def _same(value: Any, wanted: Any) -> bool:
@@ -239,7 +302,7 @@ def planned_tables() -> set[str]:
         record = (yaml.safe_load(preset.read_text()) or {}).get("record")
         if isinstance(record, str) and record.startswith("results/"):
             found.add(record.removeprefix("results/"))
-    return found
+    return found | set(ANALYSIS_TABLES)
 
 
 def validate(claim: Claim, tables: dict[str, list[Record]]) -> None:
@@ -447,7 +510,7 @@ def render(decided: Decided) -> str:
     scale, unit = scale_of(decided.claim)
     if decided.claim.spec.get("form") == "trend":
         unit = f"{unit} per step of {decided.claim.get('axis').rsplit('.', 1)[-1]}"
-    return V.render(decided.verdict, unit, scale)
+    return V.render(decided.verdict, unit, scale, decided.claim.get("decimals"))
 
 
 def decide_all(root: Path) -> list[Decided]:

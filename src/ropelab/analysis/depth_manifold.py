@@ -37,7 +37,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ropelab.analysis import verdict as V
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.run_folders import finished_runs
 from ropelab.analysis.stats import estimate, paired_difference
@@ -240,36 +239,8 @@ def summary_tables(table: pd.DataFrame, reference: str) -> tuple[pd.DataFrame, p
     return pd.DataFrame(cells).set_index("scheme"), pd.DataFrame(diffs).set_index("pair") if diffs else pd.DataFrame()
 
 
-# The paper's claims, declared before the runs were read, on the last layer: (title, split, measure, direction of
-# scheme − reference the paper expects). Collapse: RoPE's depth-10 and depth-11 means nearly coincide, spectral's are
-# near-orthogonal (centred: the shared component left out); unrolled depth is decodable beyond the trained depths.
-CLAIMS = (("depths 10 and 11 further apart than with the reference: cos 10–11, centred (ood)", "ood",
-           "cos_10_11_centred", -1),
-          ("depth more decodable beyond the trained depths: probe (ood)", "ood", "probe", 1))
-
-
-def claim_table(table: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """Per scheme ≠ reference, the declared claims' computed verdicts (``ropelab.analysis.verdict``), every seed of
-    the reference planned."""
-    last = table[table["layer"] == table["layer"].max()]
-
-    def per_seed(scheme: str, split: str, measure: str) -> dict[int, float]:
-        here = last[(last["scheme"] == scheme) & (last["split"] == split)]
-        return dict(zip(here["seed"], here[measure].astype(float)))
-
-    declared = last["planned"].dropna()  # the sweep's seeds (multirun.yaml), else the reference's finished ones
-    planned = int(declared.max()) if len(declared) else last[last["scheme"] == reference]["seed"].nunique()
-    rows = [{"pair": f"{scheme} − {reference}", "claim": title,
-             "verdict": V.render(V.paired(per_seed(scheme, split, measure), per_seed(reference, split, measure),
-                                          direction=direction, planned=planned), decimals=3)}
-            for scheme in dict.fromkeys(last["scheme"]) if scheme != reference
-            for title, split, measure, direction in CLAIMS]
-    return pd.DataFrame(rows).set_index("pair") if rows else pd.DataFrame()
-
-
 def write_md(table: pd.DataFrame, reference: str, examples: int, path: Path) -> str:
     cells, diffs = summary_tables(table, reference)
-    claims = claim_table(table, reference) if reference in set(table["scheme"]) else pd.DataFrame()
     layer = int(table["layer"].max())
     lines = ["# Depth manifold (Dyck-3)", "",
              f"Residual stream after the last block (layer {layer}) at every opening bracket, labelled by the depth "
@@ -280,9 +251,8 @@ def write_md(table: pd.DataFrame, reference: str, examples: int, path: Path) -> 
              "(n seeds); every layer in depth_manifold.csv.", "", markdown_table(cells, "scheme"), ""]
     if not diffs.empty:
         lines += [f"Differences from {reference}, paired by seed:", "", markdown_table(diffs, "pair"), ""]
-    if not claims.empty:
-        lines += ["Declared claims (last layer; paired by seed, `ropelab.analysis.verdict`):", "",
-                  markdown_table(claims, "pair"), ""]
+    lines += ["The paper's claims (last layer, cos 10–11 centred and probe, OOD, each scheme against rope) are declared "
+              "in conf/claims/bifocal.yaml and decided from depth_manifold.csv by `python -m ropelab.claims`.", ""]
     text = "\n".join(lines)
     path.write_text(text)
     return text

@@ -40,7 +40,6 @@ import pandas as pd
 import torch
 
 from ropelab.analysis.run_folders import finished_runs
-from ropelab.analysis import verdict as V
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import estimate, paired_difference
 
@@ -190,13 +189,6 @@ def relative_change(runs: pd.DataFrame, profile: str, gamma: float, measure: str
     return {s: at[s] / base[s] - 1 for s in at if s in base and base[s] > 0}
 
 
-def planned_of(runs: pd.DataFrame, profile: str) -> int:
-    """Seeds planned for a profile's cells: its sweep's (``multirun.yaml``), else the seeds at γ = 0."""
-    here = runs[runs["profile"] == profile]
-    planned = here["planned"].dropna()
-    return int(planned.max()) if len(planned) else here[here["gamma"] == 0.0]["seed"].nunique()
-
-
 def tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(per profile × γ: each measure over seeds; per profile × γ > 0: γ − 0 paired by seed; per profile ≠
     geometric at the largest γ: its relative exposure change minus geometric's, paired by seed)."""
@@ -229,36 +221,8 @@ def tables(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
             pd.DataFrame(profiles).set_index("profile") if profiles else pd.DataFrame())
 
 
-CLAIM_GAMMA = 2.0  # the γ the paper's profile comparison is at (its §3.1: "at γ = 2")
-
-
-def claim_table(runs: pd.DataFrame, top: float = CLAIM_GAMMA) -> pd.DataFrame:
-    """The paper's claims, declared before the runs were read, at γ = ``top`` against γ = 0, decided by
-    ``ropelab.analysis.verdict`` (every seed of the compared cells planned; "not run" while γ = ``top`` has no
-    runs): geometric's low-frequency share grows and its exposure falls; each other profile's relative exposure
-    change lies above geometric's (it escapes less)."""
-    rows = []
-    if "geometric" in set(runs["profile"]):
-        for title, measure, direction in (("low-frequency share grows with γ: low third (weights)",
-                                           "low_share_weights", 1),
-                                          ("the logits leave the perturbed pairs: exposure (weights)",
-                                           "exposure_weights", -1)):
-            at, base = _by_seed(runs, "geometric", top, measure), _by_seed(runs, "geometric", 0.0, measure)
-            v = V.paired(at, base, direction=direction, planned=planned_of(runs, "geometric"))
-            rows.append({"comparison": f"geometric, γ {top:g} − 0", "claim": title, "verdict": V.render(v, decimals=3)})
-        reference = relative_change(runs, "geometric", top, "exposure_weights")
-        for profile in sorted(set(runs["profile"]) - {"geometric"}):
-            mine = relative_change(runs, profile, top, "exposure_weights")
-            v = V.paired(mine, reference, direction=1, planned=planned_of(runs, profile))
-            rows.append({"comparison": f"{profile} − geometric, γ {top:g}",
-                         "claim": "fewer stable pairs, less escape: relative exposure change (weights)",
-                         "verdict": V.render(v, decimals=3)})
-    return pd.DataFrame(rows).set_index("comparison") if rows else pd.DataFrame()
-
-
-def write_md(runs: pd.DataFrame, examples: int, path: Path, claim_gamma: float = CLAIM_GAMMA) -> str:
+def write_md(runs: pd.DataFrame, examples: int, path: Path) -> str:
     cells, diffs, profiles = tables(runs)
-    claims = claim_table(runs, claim_gamma)
     lines = ["# Escape routes", "",
              f"Energy share of each rotary pair in the attention logits (Σ c_i² over causal pairs of {examples} "
              "validation examples, per layer, averaged over layers). low third: the share of the ⌊P/3⌋ "
@@ -271,10 +235,8 @@ def write_md(runs: pd.DataFrame, examples: int, path: Path, claim_gamma: float =
     if not profiles.empty:
         lines += ["Relative exposure change at the largest γ, each profile minus geometric, paired by seed (> 0: the "
                   "profile's exposure falls less than geometric's):", "", markdown_table(profiles, "profile"), ""]
-    if not claims.empty:
-        lines += ["Declared claims (paired by seed, `ropelab.analysis.verdict`; a single-frequency profile's exposure "
-                  "cannot change, so its row compares geometric's change with 0):", "",
-                  markdown_table(claims, "comparison"), ""]
+    lines += ["The paper's claims (weights reading, γ = 2 against 0) are declared in conf/claims/momentum.yaml and "
+              "decided from escape_routes_runs.csv by `python -m ropelab.claims`.", ""]
     text = "\n".join(lines)
     path.write_text(text)
     return text
@@ -313,7 +275,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", help="sweep or run folders with checkpoints/last.ckpt")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--examples", type=int, default=EXAMPLES, help="validation examples per run")
-    parser.add_argument("--claim-gamma", type=float, default=CLAIM_GAMMA, help="the γ the declared claims compare with 0")
     args = parser.parse_args(argv)
     if args.examples < 1:
         print("error: --examples must be >= 1", file=sys.stderr)
@@ -332,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs.to_csv(out / "escape_routes_runs.csv", index=False, float_format="%.6g")
     pairs = pair_table(results)
     pairs.to_csv(out / "escape_routes.csv", index=False, float_format="%.6g")
-    print(write_md(runs, args.examples, out / "escape_routes.md", args.claim_gamma), end="")
+    print(write_md(runs, args.examples, out / "escape_routes.md"), end="")
     plot(pairs, out / "escape_routes.png")
     print(f"wrote {out / 'escape_routes.md'}, escape_routes.csv, escape_routes_runs.csv, escape_routes.png")
     return 0

@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 
 from ropelab.analysis.report.records import Run, find_run_dirs, load_run, load_trace
-from ropelab.analysis import verdict as V
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import estimate, paired_difference
 
@@ -211,34 +210,15 @@ def summarise(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(table).set_index("cell")
 
 
-# The paper's claim, declared before the runs were read: per cell, the final share above the initial one and above a
-# random spectrum's (direction +1), every seed of the cell planned.
-CLAIMS = (("learned Ω resonates more than at init: share end − init", "share_final", "share_init"),
-          ("learned Ω resonates more than a random spectrum: share end − random", "share_final", "null_mean"))
-
-
-def claim_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Per cell, the declared claims' computed verdicts (``ropelab.analysis.verdict``)."""
-    out = []
-    for cell in dict.fromkeys(r["cell"] for r in rows):
-        here = [r for r in rows if r["cell"] == cell]
-        for title, a, b in CLAIMS:
-            v = V.paired({r["seed"]: r[a] for r in here}, {r["seed"]: r[b] for r in here}, direction=1,
-                         planned=len(here))
-            out.append({"cell": cell, "claim": title, "verdict": V.render(v, decimals=3)})
-    return pd.DataFrame(out).set_index("cell")
-
-
-def write_md(table: pd.DataFrame, claims: pd.DataFrame, skipped: list[str], draws: int, threshold: float,
-             path: Path) -> str:
+def write_md(table: pd.DataFrame, skipped: list[str], draws: int, threshold: float, path: Path) -> str:
     lines = ["# Resonance of learned frequencies", "",
              f"Share of (pair, bridged distance) cases with cos(ω·N) ≥ {threshold:g} among those with ω·N ≥ π, at "
              f"init (step 0) and at the end of training; per cell mean [95 % t interval] (n seeds); end − init "
              f"paired by seed; random spectrum: mean share of {draws} log-uniform spectra per run over the final Ω's "
              f"range; p: one-sided, the seeds' mean final share against the null's mean over seeds. A uniform phase "
-             f"gives {math.acos(threshold) / math.pi:.3f}.", "", markdown_table(table, "cell"), "",
-             "Declared claims (the paper expects end > init and end > random; paired by seed, "
-             "`ropelab.analysis.verdict`):", "", markdown_table(claims, "cell"), ""]
+             f"gives {math.acos(threshold) / math.pi:.3f}. The paper's claims (end > init, end > random, per cell) are "
+             f"declared in conf/claims/bifocal.yaml and decided from resonance.csv by `python -m ropelab.claims`.",
+             "", markdown_table(table, "cell"), ""]
     reasons = pd.Series([s.partition(": ")[2] for s in skipped]).value_counts()
     if len(reasons):
         lines += [f"Runs left out ({len(skipped)}):", ""] + [f"- {n} × {why}" for why, n in reasons.items()] + [""]
@@ -300,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]).to_csv(
         out / "resonance.csv", index=False, float_format="%.6g")
-    text = write_md(summarise(rows), claim_table(rows), skipped, args.draws, args.threshold, out / "resonance.md")
+    text = write_md(summarise(rows), skipped, args.draws, args.threshold, out / "resonance.md")
     print(text, end="")
     plot(rows, args.threshold, out / "resonance.png")
     print(f"wrote {out / 'resonance.md'}, resonance.csv, resonance.png")
