@@ -44,9 +44,17 @@ def model_from_config(cfg: Mapping[str, Any]) -> tuple[Llama, Any]:
     return built.model, built.task
 
 
+class RunFolderError(FileNotFoundError):
+    """A path given as a trained run lacks what one holds: said in one line by the command that read it."""
+
+
 def load_run_model(run_dir: str | Path, checkpoint: str = "checkpoints/last.ckpt") -> tuple[Llama, Any, dict]:
     """(model with the checkpoint's weights, task, config) of a run folder."""
     run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise RunFolderError(f"{run_dir} is not a run folder (no config.yaml)")
+    if not (run_dir / checkpoint).is_file():
+        raise RunFolderError(f"{run_dir / checkpoint} does not exist: the run never reached a validation")
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     model, task = model_from_config(cfg)
     state = torch.load(run_dir / checkpoint, map_location="cpu", weights_only=False)["state_dict"]

@@ -14,12 +14,12 @@ from omegaconf import OmegaConf
 
 from ropelab.analysis.report.records import find_run_dirs, read_yaml
 from ropelab.analysis.report.sweep import IGNORED_KEYS, IGNORED_PREFIXES
+from ropelab.core import identity
 from ropelab.core.config import compose, flatten
 
-# how a job ran and where it was kept, not what it computed: conf/config.yaml's job-name exclude_keys, but for
-# optim.fused (a different run after hundreds of steps, conf/config.yaml)
-HOW_IT_RAN = {"name", "resume", "record", "record_also", "rerun", "retry_failed", "needs_checkpoint",
-              "trainer.threads", "trainer.progress", "trainer.compile", "trainer.accelerator", "trainer.devices"}
+# how a job ran and where it was kept, not what it computed (ropelab.core.identity's lists), but for the optimiser's
+# kernel and the precision, which the card compares
+HOW_IT_RAN = {*identity.BOOKKEEPING, *(k for k in identity.COMPUTE if k not in ("optim.fused", "trainer.precision"))}
 HOW_IT_RAN_PREFIXES = ("logger.", "hydra.")
 
 
@@ -96,13 +96,6 @@ def same_setting(a: dict[str, Any], b: dict[str, Any], but: tuple[str, ...] = ()
 def identical(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """The very same job: what it computed is equal key by key (the seed included)."""
     return not differences(a, b)
-
-
-def job_name_excludes() -> list[str]:
-    """The keys left out of job folder names (``ropelab.core.identity``, the one list)."""
-    from ropelab.core import identity
-
-    return identity.job_name_excludes()
 
 
 def setting_key(config: dict[str, Any]) -> str:

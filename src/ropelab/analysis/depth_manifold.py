@@ -168,10 +168,6 @@ def analyse_run(run_dir: str | Path, examples: int, checkpoint: str, planned: in
     from ropelab.analysis.attention_maps import load_run_model
 
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise DepthManifoldError(f"{run_dir} is not a run folder (no config.yaml)")
-    if not (run_dir / checkpoint).is_file():
-        raise DepthManifoldError(f"{run_dir / checkpoint} does not exist: the run kept no checkpoint")
     model, task, cfg = load_run_model(run_dir, checkpoint)
     if cfg["task"]["name"] != "dyck3":
         raise DepthManifoldError(f"{run_dir}: task={cfg['task']['name']}; depth_manifold reads dyck3 runs")

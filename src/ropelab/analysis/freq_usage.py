@@ -94,10 +94,6 @@ def analyse_run(run_dir: str | Path, examples: int = 512, checkpoint: str = "che
     from ropelab.core.data import draw
 
     run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise FreqUsageError(f"{run_dir} is not a run folder (no config.yaml)")
-    if not (run_dir / checkpoint).is_file():
-        raise FreqUsageError(f"{run_dir / checkpoint} does not exist: the run never reached a validation")
     model, task, cfg = load_run_model(run_dir, checkpoint)
     if model.pos.name not in SUPPORTED:
         raise FreqUsageError(f"{run_dir}: pos={model.pos.name} has no fixed frequency channels: "
@@ -203,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         results = [analyse_run(run, args.examples, args.checkpoint) for run in args.runs]
-    except FreqUsageError as err:
+    except (FreqUsageError, FileNotFoundError) as err:  # a path that is no trained run: attention_maps.RunFolderError
         print(f"error: {err}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else Path(args.runs[0]) / "freq_usage"

@@ -34,7 +34,7 @@ from ropelab.analysis import card as card_report
 from ropelab.analysis import card_records, card_suite
 from ropelab.analysis.card_suite import Suite, TaskSpec
 from ropelab.analysis.report.tables import markdown_table
-from ropelab.core import runs
+from ropelab.core import identity, runs
 from ropelab.core.cli import REPO, group_choices
 from ropelab.core.errors import ConfigError
 
@@ -66,7 +66,7 @@ def parse_overrides(text: str | list[str] | None) -> list[tuple[str, str]]:
 def how_to_run_keys() -> set[str]:
     """Keys that say how a job runs, not what it trains: conf/config.yaml's job-name exclude_keys, but for the
     optimiser's kernel, which changes the numbers."""
-    return set(card_records.job_name_excludes()) - {"optim.fused", "experiment", "name", "record"}
+    return set(identity.job_name_excludes()) - {"optim.fused", "experiment", "name", "record"}
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def job_name(req: Request, spec: TaskSpec, seed: int) -> str:
 
 
 def excluded_from_names(req: Request, spec: TaskSpec) -> list[str]:
-    return [*card_records.job_name_excludes(), *[k for k in spec.setting or {} if k not in req.trial]]
+    return [*identity.job_name_excludes(), *[k for k in spec.setting or {} if k not in req.trial]]
 
 
 @dataclass
