@@ -1,6 +1,10 @@
 """Every positional scheme: builds, trains a step, and has the exact properties it claims."""
 
+import copy
+import inspect
 import math
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -9,6 +13,7 @@ import torch.nn.functional as F
 from ropelab.core import positional
 from ropelab.core.errors import ConfigError
 from ropelab.core.model import LlamaConfig, build_model
+from ropelab.core.positional.base import PositionalScheme
 from ropelab.core.positional.alibi import alibi_slopes
 from ropelab.core.positional.momentum import gain_squared, momentum
 from ropelab.core.positional.rotary import inverse_frequencies
@@ -340,3 +345,408 @@ def test_bad_combinations_are_refused_naming_the_key(pos, key):
 def test_rotary_schemes_refuse_an_odd_head_dim(name):
     with pytest.raises(ConfigError, match="model.d_model/model.n_heads"):
         positional.build({"name": name}, head_dim=7, n_heads=2, max_len=8)
+
+
+# === every scheme where it is built, against its definition written out here ===============================
+# The tests above mostly hold a scheme to its helpers at one shape (4 heads, head_dim 16 or 32). Here each scheme
+# is built as a run builds it (``build_model`` → ``positional.build``) and the model's logits are compared with a
+# float64 forward whose positional part is the scheme's definition in complex numbers, written out below without
+# any ropelab helper; at head counts and widths the helpers' tests do not use. Tolerance: the schemes' cos/sin
+# tables are float32 (angles up to max_len rad), so they meet the float64 definition to ~1e-6; every wrong call
+# shown in the mutant tests at the end moves a logit by > 1e-2.
+
+MAX_LEN = 24
+# (n_heads, head_dim, batch, seq_len): odd and even head counts; head_dim not a power of two with an odd number of
+# rotary pairs; n_heads == head_dim/2, where a transposed (H, D/2) parameter would broadcast silently; batch 1 and
+# more; one token, and every position the model has (seq_len == max_len)
+SHAPES = [(3, 10, 1, 7), (4, 8, 2, 13), (5, 12, 3, 11), (2, 4, 3, 1), (1, 6, 2, MAX_LEN), (6, 14, 1, MAX_LEN),
+          (8, 16, 2, 9)]
+SHAPE_IDS = [f"H{h}-D{d}-B{b}-T{t}" for h, d, b, t in SHAPES]
+SETUPS = {
+    "rope": {"name": "rope"},
+    "rope-base500": {"name": "rope", "base": 500},
+    "spectral": {"name": "spectral"},
+    "spectral-key-phase-query-amp": {"name": "spectral", "phase_on": "key", "amplitude_on": "query"},
+    "spectral-shared-both": {"name": "spectral", "share": True, "phase_on": "both", "amplitude_on": "key"},
+    "bifocal": {"name": "bifocal"},
+    "bifocal-quarter-key": {"name": "bifocal", "spectral_fraction": 0.25, "phase_on": "key"},
+    "bifocal-shared": {"name": "bifocal", "spectral_fraction": 0.7, "share": True},
+    "pope": {"name": "pope"},
+    "pope-uniform-base100": {"name": "pope", "delta_init": "uniform", "base": 100},
+    "rope_half": {"name": "rope_half"},
+    "rope_half-0.3": {"name": "rope_half", "rotary_fraction": 0.3},
+    "alibi": {"name": "alibi"},
+    "alibi-half": {"name": "alibi", "heads_fraction": 0.5},
+    "learned_abs": {"name": "learned_abs"},
+    "sinusoidal": {"name": "sinusoidal"},
+    "sinusoidal-scaled": {"name": "sinusoidal", "base": 100, "scale": 0.5},
+    "nope": {"name": "nope"},
+    "momentum-rope": {"name": "rope", "momentum": {"gamma": 0.5}},
+    "momentum-pope-per-layer": {"name": "pope", "momentum": {"gamma": [1.0, 0.25]}},
+    "momentum-bifocal-normalized": {"name": "bifocal", "momentum": {"gamma": 0.7, "normalize": True}},
+    "momentum-alibi": {"name": "alibi", "heads_fraction": 0.5, "momentum": {"gamma": 0.3}},
+    "momentum-rope_half": {"name": "rope_half", "momentum": {"gamma": 2.0}},
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The tensors here are tiny: a second thread only adds its barrier waits (5x the time on a loaded machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def round_half_up(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+def pairs_as_complex(x: torch.Tensor) -> torch.Tensor:
+    """The rotate_half layout (rotary.py): channel i and channel i + W/2 are the real and imaginary parts of pair i."""
+    real, imag = x.chunk(2, dim=-1)
+    return torch.complex(real, imag)
+
+
+def rope_frequencies(width: int, base: float) -> torch.Tensor:
+    """θ_i = base^(−2i/width), i = 0 … width/2 − 1."""
+    return float(base) ** (-2 * torch.arange(width // 2, dtype=torch.float64) / width)
+
+
+def turn(angles: torch.Tensor) -> torch.Tensor:
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def paper_alibi_slopes(n: int) -> list[float]:
+    """get_slopes of the ALiBi paper's code (ofirpress/attention_with_linear_biases)."""
+    def power_of_2(n):
+        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        return [start * start ** i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + paper_alibi_slopes(2 * closest)[0::2][: n - closest]
+
+
+def spectral_reference(q, k, t, omega, amplitude, phase, phase_on="query", amplitude_on="both"):
+    """A ⊙ (x · e^{i(tΩ + Φ)}) per head, Φ and A on the configured side(s); Ω, A, Φ of shape (H or 1, D/2)."""
+    omega, amplitude, phase = (p.detach().double()[:, None, :] for p in (omega, amplitude, phase))
+    plain = turn(t[:, None] * omega)
+    shifted = turn(t[:, None] * omega + phase)
+    q_turn = shifted if phase_on in ("query", "both") else plain
+    k_turn = shifted if phase_on in ("key", "both") else plain
+    q_amp = amplitude if amplitude_on in ("query", "both") else 1.0
+    k_amp = amplitude if amplitude_on in ("key", "both") else 1.0
+    return q_amp * pairs_as_complex(q) * q_turn, k_amp * pairs_as_complex(k) * k_turn
+
+
+def reference_qk(pos: dict, s, q, k):
+    """(q̃, k̃), complex (B, H, T, ·), whose scores are Re Σ q̃ conj(k̃): each scheme's definition, in float64."""
+    name, (_, H, T, D) = pos["name"], q.shape
+    t = torch.arange(T, dtype=torch.float64)
+    base = pos.get("base", 10000.0)
+    if name == "rope":  # q · e^{itθ}
+        rotation = turn(t[:, None] * rope_frequencies(D, base))
+        return pairs_as_complex(q) * rotation, pairs_as_complex(k) * rotation
+    if name == "spectral":
+        p = s.positional_parameters()
+        return spectral_reference(q, k, t, p["omega"], p["amplitude"], p["phase"], pos.get("phase_on", "query"),
+                                  pos.get("amplitude_on", "both"))
+    if name == "bifocal":  # the first round-half-up(fraction · H) heads spectral, the others rope
+        n = round_half_up(pos.get("spectral_fraction", 0.5) * H)
+        p = s.positional_parameters()
+        qs, ks = spectral_reference(q[:, :n], k[:, :n], t, p["omega"], p["amplitude"], p["phase"],
+                                    pos.get("phase_on", "query"), pos.get("amplitude_on", "both"))
+        qg, kg = reference_qk({"name": "rope"}, s, q[:, n:], k[:, n:])
+        return torch.cat((qs, qg), dim=1), torch.cat((ks, kg), dim=1)
+    if name == "rope_half":  # rope on the first R = 2 · round-half-up(fraction · D/2) channels, the rest as they are
+        R = 2 * round_half_up(pos.get("rotary_fraction", 0.5) * D / 2)
+        rotation = turn(t[:, None] * rope_frequencies(R, base))
+        return (torch.cat((pairs_as_complex(q[..., :R]) * rotation, q[..., R:].to(torch.complex128)), dim=-1),
+                torch.cat((pairs_as_complex(k[..., :R]) * rotation, k[..., R:].to(torch.complex128)), dim=-1))
+    if name == "pope":  # μq e^{itθ}, μk e^{i(sθ + δ)}: Re Σ q̃ conj(k̃) = Σ μq μk cos((s − t)θ + δ)
+        theta = float(base) ** (-torch.arange(D, dtype=torch.float64) / D)
+        delta = s.delta.detach().double().clamp(-2 * math.pi, 0.0)[:, None, :]
+        return (F.softplus(q) * turn(t[:, None] * theta), F.softplus(k) * turn(t[:, None] * theta + delta))
+    return q.to(torch.complex128), k.to(torch.complex128)  # alibi, the absolute schemes, nope: q and k untouched
+
+
+def reference_bias(pos: dict, H: int, T: int):
+    """ALiBi's −m_h (t − s): the paper's slopes for the first round-half-up(fraction · H) heads, 0 for the rest."""
+    if pos["name"] != "alibi":
+        return 0.0
+    n = round_half_up(pos.get("heads_fraction", 1.0) * H)
+    slopes = torch.tensor(paper_alibi_slopes(n) + [0.0] * (H - n), dtype=torch.float64)
+    t = torch.arange(T, dtype=torch.float64)
+    return -slopes[:, None, None] * (t[:, None] - t[None, :])
+
+
+def reference_positions(pos: dict, s, T: int, d_model: int):
+    """What the scheme adds to the token embeddings: learned rows, Vaswani's sinusoids, or nothing."""
+    if pos["name"] == "learned_abs":
+        return s.embedding.detach().double()[:T]
+    if pos["name"] == "sinusoidal":
+        p = torch.arange(T, dtype=torch.float64)[:, None]
+        i = torch.arange(d_model, dtype=torch.float64)[None, :]
+        angle = p / float(pos.get("base", 10000.0)) ** ((i - i % 2) / d_model)  # channels 2i and 2i+1 share 2i/d
+        return pos.get("scale", 1.0) * torch.where(i % 2 == 0, angle.sin(), angle.cos())
+    return 0.0
+
+
+def reference_momentum(x, gamma: float, normalize: bool):
+    """x̂_t = x_t + γ(x_t − x_{t−1}), x_{−1} = 0; normalised: the term scaled to ‖x_t‖ (0 stays 0)."""
+    term = x - torch.cat((torch.zeros_like(x[..., :1, :]), x[..., :-1, :]), dim=-2)
+    if normalize:
+        length = term.abs().pow(2).sum(-1, keepdim=True).sqrt()
+        term = torch.where(length > 0, term * x.abs().pow(2).sum(-1, keepdim=True).sqrt() / length, term)
+    return x + gamma * term
+
+
+def reference_logits(model, pos: dict, idx):
+    """Llama in float64 by its definition (RMSNorm, causal softmax attention at 1/√head_dim, SwiGLU, residuals),
+    with the scheme's definition where it acts: the embeddings, q and k, the score bias, then momentum."""
+    cfg, s = model.cfg, model.pos
+    B, T = idx.shape
+    H, D = cfg.n_heads, cfg.head_dim
+    block = dict(pos.get("momentum") or {})
+    gamma = block.get("gamma", 0.0)
+    gammas = gamma if isinstance(gamma, list) else [gamma] * cfg.n_layers
+
+    def rms(x, w):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + cfg.norm_eps) * w.double()
+
+    def heads(t):
+        return t.view(B, T, H, D).transpose(1, 2)
+
+    x = model.embed.weight.double()[idx] + reference_positions(pos, s, T, cfg.d_model)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    for layer, blk in enumerate(model.blocks):
+        h = rms(x, blk.attn_norm.weight)
+        q, k, v = (heads(t) for t in (h @ blk.attn.qkv.weight.double().T).split(cfg.d_model, -1))
+        q, k = reference_qk(pos, s, q, k)
+        if gammas[layer]:
+            q = reference_momentum(q, gammas[layer], block.get("normalize", False))
+            k = reference_momentum(k, gammas[layer], block.get("normalize", False))
+        scores = (q @ k.conj().transpose(-1, -2)).real / math.sqrt(D) + reference_bias(pos, H, T)
+        weights = scores.masked_fill(future, -math.inf).softmax(-1)
+        x = x + (weights @ v).transpose(1, 2).reshape(B, T, cfg.d_model) @ blk.attn.out.weight.double().T
+        gate, up = (rms(x, blk.mlp_norm.weight) @ blk.mlp.gate_up.weight.double().T).chunk(2, -1)
+        x = x + (F.silu(gate) * up) @ blk.mlp.down.weight.double().T
+    return rms(x, model.norm.weight) @ model.lm_head.weight.double().T
+
+
+@torch.no_grad()
+def moved_off_init(s, seed: int = 7):
+    """Learnable positional parameters set to distinct values per head and pair (at init Ω's rows are all equal and A
+    is 1, so a scheme reading the wrong head or pair would still agree); δ partly outside its clamp range."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in s.positional_parameters().items():
+        u = torch.rand(p.shape, generator=g, dtype=p.dtype)
+        if name == "omega":
+            p.mul_(0.5 + 1.5 * u)
+        elif name == "amplitude":
+            p.copy_(0.5 + u)
+        elif name in ("phase",):
+            p.copy_(2 * u - 1)
+        elif name == "delta":
+            p.copy_(-8 + 10 * u)
+        else:
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return s
+
+
+def built(pos: dict, n_heads: int, head_dim: int, seed: int = 0, max_len: int = MAX_LEN, dtype=torch.float64):
+    cfg = LlamaConfig(vocab_size=13, max_len=max_len, d_model=n_heads * head_dim, n_layers=2, n_heads=n_heads,
+                      mlp_hidden=24, init_std=0.3)  # init_std 0.3: peaked attention, so positions matter to logits
+    torch.manual_seed(seed)
+    model = build_model(cfg, pos).to(dtype)
+    moved_off_init(model.pos)
+    return model
+
+
+def tokens(batch: int, seq_len: int, seed: int = 1):
+    return torch.randint(0, 13, (batch, seq_len), generator=torch.Generator().manual_seed(seed))
+
+
+# schemes that read float32 tables (cos/sin or sinusoids computed at build) meet the float64 definition to ~1e-6
+# (momentum's (1 + 2γ)× gain on the fastest pairs makes it ~1e-5); the others compute in the model's float64
+FLOAT32_TABLES = {"rope", "rope_half", "pope", "bifocal", "sinusoidal"}
+
+
+def assert_is_its_definition(pos: dict, shape):
+    H, D, B, T = shape
+    model = built(pos, H, D)
+    idx = tokens(B, T)
+    with torch.no_grad():
+        got = model(idx)
+    tolerance = 1e-4 if pos["name"] in FLOAT32_TABLES else 1e-10
+    torch.testing.assert_close(got, reference_logits(model, pos, idx), rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("setup", SETUPS)
+def test_a_built_scheme_is_its_definition(setup, shape):
+    assert_is_its_definition(SETUPS[setup], shape)
+
+
+def test_the_definitions_cover_every_scheme():
+    assert {pos["name"] for pos in SETUPS.values()} == BUILT_IN and all(
+        any(pos.get("momentum") and pos["name"] == name for pos in SETUPS.values()) or name not in
+        {"rope", "pope", "bifocal", "alibi", "rope_half"} for name in BUILT_IN)
+
+
+# --- exact identities, at the same shapes ----------------------------------------------------------------------
+
+def logits_of(pos: dict, shape, seed: int = 0, moved: bool = False, dtype=torch.float32):
+    H, D, B, T = shape
+    cfg = LlamaConfig(vocab_size=13, max_len=MAX_LEN, d_model=H * D, n_layers=2, n_heads=H, mlp_hidden=24,
+                      init_std=0.3)
+    torch.manual_seed(seed)
+    model = build_model(cfg, pos).to(dtype)
+    if moved:
+        moved_off_init(model.pos)
+    with torch.no_grad():
+        return model(tokens(B, T)), model
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_spectral_at_init_is_rope(shape):
+    """Δ := a scheme's logits − rope's, both built from one seed (the backbone is the same: a scheme draws its init
+    from a forked RNG). At init Ω = rope's θ and A = 1 bit for bit, in every head; so with Φ = 0 (phase_std 0) Δ = 0
+    bit for bit for spectral on every side and bifocal at every split, and with the paper's Φ ~ N(0, 1e-3) on both
+    sides Φ cancels in q·kᵀ: Δ = 0 up to the rounding of tΩ + Φ (1e-5). On one side Φ shifts the phase: Δ ≠ 0."""
+    H, D, _, _ = shape
+    rope, rope_model = logits_of({"name": "rope"}, shape)
+    spectral = logits_of({"name": "spectral"}, shape)[1].pos
+    assert torch.equal(spectral.omega, rope_model.pos.inv_freq.expand(H, D // 2))
+    assert torch.equal(spectral.amplitude, torch.ones(H, D // 2))
+    assert 0 < float(spectral.phase.detach().abs().max()) < 1e-2  # N(0, 1e-3): 10σ at most
+    for side in ("query", "key", "both"):
+        assert torch.equal(logits_of({"name": "spectral", "phase_std": 0.0, "phase_on": side}, shape)[0], rope), side
+    for n_spectral in range(H + 1):
+        pos = {"name": "bifocal", "phase_std": 0.0, "spectral_fraction": n_spectral / H}
+        assert torch.equal(logits_of(pos, shape)[0], rope), n_spectral
+    torch.testing.assert_close(logits_of({"name": "spectral", "phase_on": "both"}, shape)[0], rope, rtol=1e-5,
+                               atol=1e-5)
+    if shape[3] > 1:  # one token attends to itself only: its phase cannot show
+        assert not torch.equal(logits_of({"name": "spectral", "phase_on": "query"}, shape)[0], rope)
+
+
+RELATIVE = ["rope", "spectral", "bifocal", "rope_half", "pope", "alibi", "nope"]
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[3] > 1], ids=[i for s, i in zip(SHAPES, SHAPE_IDS) if s[3] > 1])
+@pytest.mark.parametrize("name", RELATIVE)
+def test_relative_schemes_score_only_the_distance(name, shape):
+    """One token repeated: every position has the same q and k before the scheme, so a relative scheme's scores
+    (q·kᵀ plus its bias) at (t, s) equal those at (t + 1, s + 1), for every pair, with learned parameters off
+    their init. Tolerance: the float32 tables' angles round to ~1e-6 rad per position."""
+    H, D, B, T = shape
+    model = built({"name": name}, H, D)
+    x, ctx, _ = model.inputs(torch.full((B, T), 5))
+    block = model.blocks[1]
+    q, k, _ = block.attn.qkv(block.attn_norm(x)).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)
+    q, k = model.pos.transform_qk(q, k, ctx)
+    bias = model.pos.attn_bias(ctx)
+    scores = (q @ k.transpose(-1, -2) + (0 if bias is None else bias)).detach()
+    torch.testing.assert_close(scores[..., 1:, 1:], scores[..., :-1, :-1], rtol=1e-5, atol=1e-5)
+    assert scores.std() > 1e-2 or name == "nope"  # not vacuous: scores vary with the distance
+
+
+@pytest.mark.parametrize("shape", SHAPES[:3], ids=SHAPE_IDS[:3])
+def test_pope_scores_are_its_complex_definition(shape):
+    """Re Σ_c μq μk e^{i((s − t)θ_c + δ_c)}, μ = softplus, θ_c = base^(−c/d), δ clamped to [−2π, 0], per head."""
+    H, D, B, T = shape
+    s = moved_off_init(positional.build({"name": "pope"}, head_dim=D, n_heads=H, max_len=MAX_LEN))
+    q, k = torch.randn(B, H, T, D, dtype=torch.float64), torch.randn(B, H, T, D, dtype=torch.float64)
+    rq, rk = s.transform_qk(q, k, s.prepare(T, None))
+    t = torch.arange(T, dtype=torch.float64)
+    theta = 10000.0 ** (-torch.arange(D, dtype=torch.float64) / D)
+    delta = s.delta.detach().double().clamp(-2 * math.pi, 0)
+    phase = (t[None, :, None] - t[:, None, None]) * theta + delta[:, None, None, :]  # (H, t, s, c): (s − t)θ + δ
+    expected = torch.einsum("bhtc,bhsc,htsc->bhts", F.softplus(q), F.softplus(k), torch.exp(1j * phase).real)
+    torch.testing.assert_close((rq @ rk.transpose(-1, -2)).double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", SHAPES[:3], ids=SHAPE_IDS[:3])
+@pytest.mark.parametrize("setup", ["spectral", "bifocal-shared", "pope", "learned_abs", "alibi-half", "rope_half",
+                                   "sinusoidal", "momentum-pope-per-layer"])
+def test_a_copied_scheme_is_the_original_bit_for_bit(setup, shape):
+    """A deep copy, and a model built from another seed loaded with the state_dict, give the original's logits bit
+    for bit (learned parameters off their init); so does the model rebuilt at twice the length, as extrapolation
+    rebuilds it, on the positions both have (but learned_abs, whose table is max_len long)."""
+    pos, (H, D, B, T) = SETUPS[setup], shape
+    original, model = logits_of(pos, shape, moved=True)
+    idx = tokens(B, T)
+    with torch.no_grad():
+        assert torch.equal(copy.deepcopy(model)(idx), original)
+        other = logits_of(pos, shape, seed=1)[1]
+        assert not torch.equal(other(idx), original)
+        other.load_state_dict(model.state_dict())
+        assert torch.equal(other(idx), original)
+        if pos["name"] != "learned_abs":
+            longer = build_model(LlamaConfig(**{**vars(model.cfg), "max_len": 2 * MAX_LEN}), pos)
+            longer.load_state_dict(model.state_dict())
+            assert torch.equal(longer(idx), original)
+
+
+# --- the class of bug these tests exist for ----------------------------------------------------------------------
+# A scheme that calls a correct helper wrongly, in a way visible only at a shape the helpers' tests do not use
+# (issue 44). Each mutant is one line of the scheme's real source changed; the shapes where it shows are named.
+# ``SHAPE_OF_THE_OLD_TESTS`` is where the helper tests build schemes (4 heads, head_dim 16): there the mutant is
+# the scheme exactly, so no test at that shape can see it; the definitions above, at their shapes, fail on it.
+
+SHAPE_OF_THE_OLD_TESTS = (4, 16, 2, 12)
+MUTANTS = {
+    # Ω's head and pair axes swapped where they broadcast: a (H, D/2) table read as (D/2, H) when H == D/2
+    "spectral-omega-transposed": ("spectral", "SpectralRoPE", "prepare",
+                                  "self.positions[:seq_len, None] * self.omega[:, None, :]",
+                                  "self.positions[:seq_len, None] * (self.omega.mT if self.omega.shape[0] == "
+                                  "self.omega.shape[1] else self.omega)[:, None, :]",
+                                  ["spectral", "spectral-key-phase-query-amp"], (4, 8, 2, 13)),
+    # the default half split as n_heads // 2: rounds down where the scheme promises half up (odd head counts)
+    "bifocal-half-split-rounds-down": ("bifocal", "Bifocal", "__init__",
+                                       "self.n_spectral = math.floor(spectral_fraction * n_heads + 0.5)",
+                                       "self.n_spectral = n_heads // 2 if spectral_fraction == 0.5 else "
+                                       "math.floor(spectral_fraction * n_heads + 0.5)",
+                                       ["bifocal"], (3, 10, 1, 7)),
+    # Python's round (half to even) for ALiBi's heads: 2.5 heads → 2, not 3
+    "alibi-heads-round-half-even": ("alibi", "ALiBi", "__init__",
+                                    "self.n_alibi = math.floor(heads_fraction * n_heads + 0.5)",
+                                    "self.n_alibi = round(heads_fraction * n_heads)",
+                                    ["alibi-half", "momentum-alibi"], (5, 12, 3, 11)),
+    # the same for rope_half's rotated pairs: 2.5 pairs → 2, not 3
+    "rope_half-pairs-round-half-even": ("rope_half", "RoPEHalf", "__init__",
+                                        "rotary_dim = 2 * math.floor(rotary_fraction * head_dim / 2 + 0.5)",
+                                        "rotary_dim = 2 * round(rotary_fraction * head_dim / 2)",
+                                        ["rope_half", "momentum-rope_half"], (3, 10, 1, 7)),
+}
+
+
+def apply_mutant(monkeypatch, name: str) -> None:
+    """Replace one method of a scheme by its source with one line changed (``MUTANTS[name]``)."""
+    module_name, class_name, method, old, new, *_ = MUTANTS[name]
+    module = sys.modules[f"ropelab.core.positional.{module_name}"]
+    cls = getattr(module, class_name)
+    source = textwrap.dedent(inspect.getsource(getattr(cls, method)))
+    assert source.count(old) == 1, f"{name}: the line it mutates is no longer in {class_name}.{method}"
+    # zero-argument super() needs the class body; the base class named instead is the same call
+    source = source.replace(old, new).replace("super().__init__(", "PositionalScheme.__init__(self, ")
+    namespace = {**vars(module), "PositionalScheme": PositionalScheme}
+    exec(compile(source, f"<mutant {name}>", "exec"), namespace)
+    monkeypatch.setattr(cls, method, namespace[method])
+
+
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_a_scheme_built_wrongly_on_a_correct_helper_is_caught(mutant, monkeypatch):
+    _, _, _, _, _, setups, shape = MUTANTS[mutant]
+    H, D, B, T = SHAPE_OF_THE_OLD_TESTS
+    correct = {setup: logits_of(SETUPS[setup], SHAPE_OF_THE_OLD_TESTS, moved=True)[0] for setup in setups}
+    for setup in setups:
+        assert_is_its_definition(SETUPS[setup], shape)
+    apply_mutant(monkeypatch, mutant)
+    for setup in setups:
+        assert torch.equal(logits_of(SETUPS[setup], SHAPE_OF_THE_OLD_TESTS, moved=True)[0], correct[setup])
+        with pytest.raises((AssertionError, ConfigError)):
+            assert_is_its_definition(SETUPS[setup], shape)
