@@ -11,70 +11,7 @@ import torch.nn.functional as F
 
 from ropelab.core import positional
 from ropelab.core.lit import AnswerLoss, LitLM
-from ropelab.core.positional.alibi import alibi_slopes
 from tasks.base import IGNORE
-
-H, D, T = 4, 16, 12
-
-
-def scheme(**pos):
-    return positional.build(pos, head_dim=D, n_heads=H, max_len=32)
-
-
-def qk(s, q, k):
-    return s.transform_qk(q, k, s.prepare(q.shape[-2], q.device))
-
-
-def as_complex(x):
-    """rotate_half layout: channel i and i + D/2 are the real and imaginary parts of pair i."""
-    return torch.complex(*x.double().chunk(2, dim=-1))
-
-
-# --- rotations: complex multiplication by e^{iθ} ----------------------------------------------------
-
-def test_rope_is_complex_multiplication_by_e_i_m_theta():
-    s = scheme(name="rope")
-    q, k = torch.randn(2, H, T, D), torch.randn(2, H, T, D)
-    rq, rk = qk(s, q, k)
-    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    turn = torch.polar(torch.ones(T, D // 2, dtype=torch.float64), torch.arange(T)[:, None] * theta)
-    torch.testing.assert_close(as_complex(rq), as_complex(q) * turn, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(as_complex(rk), as_complex(k) * turn, atol=1e-5, rtol=1e-5)
-
-
-def test_spectral_is_amplitude_times_e_i_m_omega_plus_phase():
-    s = scheme(name="spectral", phase_on="query", amplitude_on="both")
-    with torch.no_grad():
-        s.omega.mul_(torch.linspace(0.5, 2.0, D // 2))
-        s.amplitude.copy_(torch.linspace(0.5, 1.5, H * D // 2).view(H, D // 2))
-        s.phase.copy_(torch.linspace(-1.0, 1.0, H * D // 2).view(H, D // 2))
-    q, k = torch.randn(1, H, T, D), torch.randn(1, H, T, D)
-    rq, rk = qk(s, q, k)
-    omega, amp, phase = (p.detach().double()[:, None, :] for p in (s.omega, s.amplitude, s.phase))
-    m = torch.arange(T, dtype=torch.float64)[:, None]
-    torch.testing.assert_close(as_complex(rq), amp * as_complex(q) * torch.polar(torch.ones_like(amp * m), m * omega
-                                                                                  + phase), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(as_complex(rk), amp * as_complex(k) * torch.polar(torch.ones_like(amp * m), m * omega),
-                               atol=1e-5, rtol=1e-5)
-
-
-# --- ALiBi slopes: the paper's reference code, any head count ---------------------------------------
-
-def reference_slopes(n):
-    """get_slopes of the ALiBi paper's code (ofirpress/attention_with_linear_biases)."""
-    def power_of_2(n):
-        start = 2 ** (-2 ** -(math.log2(n) - 3))
-        return [start * start ** i for i in range(n)]
-
-    if math.log2(n).is_integer():
-        return power_of_2(n)
-    closest = 2 ** math.floor(math.log2(n))
-    return power_of_2(closest) + reference_slopes(2 * closest)[0::2][: n - closest]
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 7, 12, 16])
-def test_alibi_slopes_match_the_reference_code_at_any_head_count(n):
-    assert alibi_slopes(n) == pytest.approx(reference_slopes(n), rel=1e-12)
 
 
 # --- the loss counts the answer tokens only ---------------------------------------------------------
@@ -106,117 +43,6 @@ def test_answer_loss_averages_over_every_answer_token_of_every_batch():
     with warnings.catch_warnings():  # torchmetrics warns of a compute before any update
         warnings.simplefilter("ignore")
         assert AnswerLoss().compute() == 0  # no answer token yet: 0, not a division by zero
-
-
-def test_rotate_and_rotate_half_are_multiplication_by_e_i_theta_and_by_i():
-    from ropelab.core.positional.rotary import cos_sin, rotate, rotate_half, rotate_signed, signed_sin
-
-    x = torch.randn(3, T, D)
-    angles = torch.rand(T, D // 2) * 6
-    cos, sin = cos_sin(angles)
-    torch.testing.assert_close(as_complex(rotate_half(x)), 1j * as_complex(x))
-    expected = as_complex(x) * torch.polar(torch.ones_like(angles.double()), angles.double())
-    torch.testing.assert_close(as_complex(rotate(x, cos, sin)), expected, atol=1e-5, rtol=1e-5)
-    assert torch.equal(rotate_signed(x, cos, signed_sin(sin)), rotate(x, cos, sin))
-
-
-# --- frequencies: RoPE's scalings and the bandpass thirds, by their formulas ------------------------
-
-def test_length_scalings_by_their_formulas():
-    """linear θ/s; NTK-aware the geometric spectrum of base · s^(D/(D−2)); YaRN per pair θ/s or θ by a ramp in
-    the pair index between the pairs that turn 32 and 1 times over the training length, attention 0.1 ln s + 1.
-    (tests/test_extrapolation.py checks the same against transformers when the hf extra is installed.)"""
-    from ropelab.core.positional.rotary import (inverse_frequencies, scaled_inverse_frequencies,
-                                                yarn_correction_range, yarn_mscale)
-
-    dim, base, s, L = 64, 10000.0, 4.0, 128
-    theta = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    inv = inverse_frequencies(dim // 2)
-    lin, a = scaled_inverse_frequencies(inv, "linear", s, base)
-    torch.testing.assert_close(lin.double(), theta / s)
-    assert a == 1.0
-    ntk, a = scaled_inverse_frequencies(inv, "ntk", s, base)
-    torch.testing.assert_close(ntk.double(), (base * s ** (dim / (dim - 2))) ** (-torch.arange(0, dim, 2).double() / dim))
-    assert a == 1.0
-    # pair i turns i·θ_i·L/(2π) times over L tokens: 32 turns at pair ≈ −1.57 → 0, one turn at ≈ 10.47 → 11
-    assert yarn_correction_range(32, 1, dim, base, L) == (0, 11)
-    assert yarn_correction_range(32, 1, 16, base, 64) == (0, 3)
-    assert yarn_correction_range(32, 1, 16, base, 10 ** 9) == (13, 15)  # pairs 13.4 and 16.4, clipped to D/2 − 1
-    assert yarn_mscale(1.0) == 1.0 and yarn_mscale(0.5) == 1.0
-    assert yarn_mscale(1.5) == pytest.approx(0.1 * math.log(1.5) + 1)
-    assert yarn_mscale(s) == pytest.approx(0.1 * math.log(s) + 1)
-    yarn, a = scaled_inverse_frequencies(inv, "yarn", s, base, original_max_len=L)
-    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - 0) / (11 - 0)).clamp(0, 1)  # 0: keep θ, 1: θ / s
-    torch.testing.assert_close(yarn.double(), theta * (1 - ramp) + theta / s * ramp, atol=1e-7, rtol=1e-6)
-    assert a == pytest.approx(0.1 * math.log(s) + 1)
-    assert scaled_inverse_frequencies(inv, "yarn", s, base, L, attention_factor=0.7)[1] == 0.7
-    assert scaled_inverse_frequencies(inv, "yarn", 1.0, base, L, attention_factor=0.7) == (inv, 0.7)
-    assert scaled_inverse_frequencies(inv, None, 1.0, base) == (inv, 1.0)
-    same, a = scaled_inverse_frequencies(inv, "ntk", 1.0, base)
-    assert same is inv and a == 1.0
-    # a zero-width ramp (low == high) is widened by 0.001, as transformers does: pairs below low keep θ
-    narrow, _ = scaled_inverse_frequencies(inverse_frequencies(2), "yarn", s, base, original_max_len=1)
-    assert torch.isfinite(narrow).all()
-
-
-def test_rope_scaling_reaches_the_tables():
-    s = scheme(name="rope", scaling="yarn", scaling_factor=4.0, original_max_len=16)
-    cos, _ = s.prepare(T, None)
-    assert s.attention_scaling == pytest.approx(0.1 * math.log(4) + 1)
-    torch.testing.assert_close(cos[0], torch.full((D,), s.attention_scaling))  # position 0: cos 0 = 1, times the factor
-    lin = scheme(name="rope", scaling="linear", scaling_factor=2.0)
-    plain = scheme(name="rope")
-    torch.testing.assert_close(lin.prepare(T, None)[0][6], plain.prepare(T, None)[0][3])  # position 6 at s = 2 is 3
-
-
-def test_bandpass_thirds_tile_the_geometric_spectrum():
-    from ropelab.core.positional.rotary import band_edges, inverse_frequencies
-
-    n, base = 16, 10000.0
-    theta_min = base ** (-(n - 1) / n)  # the geometric spectrum's lowest frequency, base^(−2(D/2−1)/D)
-    r = theta_min  # θ_min / θ_max, θ_max = 1
-    assert band_edges(n, base, "high") == pytest.approx((r ** (1 / 3), 1.0))
-    assert band_edges(n, base, "mid") == pytest.approx((r ** (2 / 3), r ** (1 / 3)))
-    assert band_edges(n, base, "low") == pytest.approx((theta_min, r ** (2 / 3)))
-    assert float(inverse_frequencies(n)[-1]) == pytest.approx(theta_min, rel=1e-6)
-    low = inverse_frequencies(n, "bandpass@low")
-    assert float(low[0]) == pytest.approx(r ** (2 / 3), rel=1e-6) and float(low[-1]) == pytest.approx(theta_min, rel=1e-6)
-
-
-# --- absolute schemes: the definitions and their scales ---------------------------------------------
-
-def test_sinusoidal_table_is_the_papers_definition_in_float64():
-    from ropelab.core.positional.sinusoidal import sinusoidal_table
-
-    table = sinusoidal_table(2048, 64)  # the default base: 10000, as in the paper
-    for p in (0, 1, 777, 2047):
-        for i in (0, 1, 13, 31):
-            angle = p / 10000 ** (2 * i / 64)
-            assert abs(float(table[p, 2 * i]) - math.sin(angle)) < 2e-7  # float64 angles, rounded once to float32
-            assert abs(float(table[p, 2 * i + 1]) - math.cos(angle)) < 2e-7
-    s = positional.build({"name": "sinusoidal", "base": 100.0, "scale": 2.0}, head_dim=8, n_heads=2, max_len=16)
-    torch.testing.assert_close(s.table, 2.0 * sinusoidal_table(16, 16, 100.0))
-
-
-def test_learned_absolute_starts_at_its_init_std():
-    torch.manual_seed(0)
-    default = positional.build({"name": "learned_abs"}, head_dim=32, n_heads=4, max_len=64).embedding.detach()
-    wide = positional.build({"name": "learned_abs", "init_std": 0.5}, head_dim=32, n_heads=4, max_len=64).embedding.detach()
-    assert default.shape == (64, 128)
-    assert 0.019 < float(default.std()) < 0.021 and 0.48 < float(wide.std()) < 0.52
-
-
-NAMES = positional.names()
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_a_scheme_keeps_its_shape_and_its_name_and_checkpoints_only_its_parameters(name):
-    """Every scheme records (head_dim, n_heads, max_len) and is named by its file; its tables are rebuilt from
-    the config, so a checkpoint (state_dict) holds its learnable parameters and nothing else."""
-    s = scheme(name=name)
-    assert (s.head_dim, s.n_heads, s.max_len) == (D, H, 32)
-    assert s.name == name == type(s).__module__.rpartition(".")[2]
-    assert set(s.state_dict()) == {n for n, _ in s.named_parameters()}
 
 
 # --- the metrics ------------------------------------------------------------------------------------
@@ -356,54 +182,6 @@ def test_sawtooth_statistics_by_hand():
     assert flat["alternation"] == 0.0 and flat["permutation_p"] == 1.0 and flat["lag1_autocorrelation"] is None
 
 
-# --- the composed schemes pass every option on ------------------------------------------------------
-
-def test_bifocal_passes_its_options_to_both_parts_and_splits_the_heads_where_it_says():
-    from ropelab.core.errors import ConfigError
-
-    b = scheme(name="bifocal", base=100.0)
-    geometric = 100.0 ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
-    torch.testing.assert_close(b.geometric.inv_freq, geometric)
-    torch.testing.assert_close(b.spectral.omega.detach()[0], geometric)
-    assert float(b.spectral.phase.detach().abs().max()) < 0.01  # the paper's N(0, 1e-3) by default
-    band = scheme(name="bifocal", freqs="bandpass", band=[0.01, 0.1])
-    torch.testing.assert_close(band.geometric.inv_freq[[0, -1]], torch.tensor([0.1, 0.01]))
-    torch.testing.assert_close(band.spectral.omega.detach()[0, [0, -1]], torch.tensor([0.1, 0.01]))
-    opts = scheme(name="bifocal", share=True, amplitude_on="query")
-    assert opts.spectral.omega.shape == (1, D // 2) and opts.spectral.amplitude_on == "query"
-    with pytest.raises(ConfigError, match="spectral_fraction"):
-        scheme(name="bifocal", spectral_fraction=True)
-    rope = scheme(name="rope")
-    for fraction, seq in ((0.25, T), (0.5, 2)):  # one spectral head; and as many spectral heads as positions
-        s = scheme(name="bifocal", spectral_fraction=fraction)
-        with torch.no_grad():
-            s.spectral.phase.fill_(0.5)
-        q, k = torch.randn(1, H, seq, D), torch.randn(1, H, seq, D)
-        (bq, _), (rq, _) = qk(s, q, k), qk(rope, q, k)
-        n = s.n_spectral
-        assert torch.equal(bq[:, n:], rq[:, n:]) and not torch.allclose(bq[:, :n], rq[:, :n])
-
-
-def test_rope_half_passes_its_frequency_options_on():
-    from ropelab.core.errors import ConfigError
-
-    r = scheme(name="rope_half", base=100.0)
-    R = D // 2
-    torch.testing.assert_close(r.rotary.inv_freq, 100.0 ** (-torch.arange(0, R, 2, dtype=torch.float32) / R))
-    single = scheme(name="rope_half", freqs="single", single_freq=0.3)
-    assert torch.equal(single.rotary.inv_freq, torch.full((R // 2,), 0.3))
-    with pytest.raises(ConfigError, match="rotary_fraction"):
-        scheme(name="rope_half", rotary_fraction=True)
-
-
-def test_alibi_of_no_head_and_a_boolean_fraction():
-    from ropelab.core.errors import ConfigError
-
-    assert alibi_slopes(0) == []
-    with pytest.raises(ConfigError, match="heads_fraction"):
-        scheme(name="alibi", heads_fraction=True)
-
-
 # --- the model's SwiGLU: its hand-written backward is autograd's -----------------------------------
 
 def test_swiglu_backward_is_autograds():
@@ -485,22 +263,6 @@ def test_causal_attention_on_every_path():
     torch.testing.assert_close(causal_attention(q, k, v, None, 0.3), explicit(0, 0.3))
     torch.testing.assert_close(causal_attention(q, k, v, bias, 0.3), explicit(bias, 0.3))          # CPU flash path
     torch.testing.assert_close(causal_attention(q, k, v, bias[None], 0.3), explicit(bias, 0.3))    # plain SDPA path
-
-
-@pytest.mark.parametrize("scaling,options", [("linear", {}), ("ntk", {}), ("yarn", {}),
-                                             ("yarn", {"beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 0.8})])
-def test_rope_builds_its_tables_from_the_scaled_frequencies(scaling, options):
-    from ropelab.core.positional.rotary import inverse_frequencies, scaled_inverse_frequencies
-
-    s = scheme(name="rope", scaling=scaling, scaling_factor=2.0, original_max_len=8, **options)
-    inv, attention = scaled_inverse_frequencies(inverse_frequencies(D // 2), scaling, 2.0, 10000.0, 8,
-                                                options.get("beta_fast", 32.0), options.get("beta_slow", 1.0),
-                                                options.get("attention_factor"))
-    assert torch.equal(s.inv_freq, inv) and s.attention_scaling == attention
-    angles = torch.arange(32, dtype=torch.float64)[:, None] * inv.double()
-    full = torch.cat((angles, angles), -1)
-    torch.testing.assert_close(s.cos.double(), full.cos() * attention, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(s.sin.double(), full.sin() * attention, atol=1e-6, rtol=1e-6)
 
 
 def test_the_backbone_initialisation_and_defaults():
@@ -615,21 +377,6 @@ def test_decode_and_decode_example_by_hand():
     assert task.decode([ids[1]], sep="") == "3"
     assert task.decode_example(inputs, targets) == ("<bos> 3 + 4 + 5 = 5", "5")
     assert task.decode_example(inputs, np.full(len(inputs), IGNORE)) == ("<bos> 3 + 4 + 5 =", "")
-
-
-@pytest.mark.parametrize("side", ["query", "key"])
-def test_spectral_amplitude_on_one_side_and_its_frequency_options(side):
-    s = scheme(name="spectral", phase_std=0.0, amplitude_on=side)
-    with torch.no_grad():
-        s.amplitude.fill_(2.0)
-    q, k = torch.randn(1, H, T, D), torch.randn(1, H, T, D)
-    rq, rk = qk(s, q, k)
-    pq, pk = qk(scheme(name="rope"), q, k)
-    torch.testing.assert_close(rq, pq * (2.0 if side == "query" else 1.0))
-    torch.testing.assert_close(rk, pk * (2.0 if side == "key" else 1.0))
-    single = scheme(name="spectral", freqs="single", single_freq=0.3)
-    assert torch.equal(single.omega.detach(), torch.full((H, D // 2), 0.3))
-    assert float(single.phase.detach().abs().max()) < 0.01  # N(0, 1e-3) by default
 
 
 def test_pack_refuses_a_sequence_longer_than_seq_len_plus_one():
