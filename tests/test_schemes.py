@@ -810,6 +810,7 @@ def tokens(batch: int, seq_len: int, seed: int = 1):
 # schemes that read float32 tables (cos/sin or sinusoids computed at build) meet the float64 definition to ~1e-6
 # (momentum's (1 + 2γ)× gain on the fastest pairs makes it ~1e-5); the others compute in the model's float64
 FLOAT32_TABLES = {"rope", "rope_half", "pope", "bifocal", "sinusoidal"}
+ROTARY = {"rope", "spectral", "bifocal", "rope_half"}  # they pair channels: an even head_dim only
 
 
 def assert_is_its_definition(pos: dict, shape):
@@ -826,6 +827,11 @@ def assert_is_its_definition(pos: dict, shape):
 @pytest.mark.parametrize("setup", SETUPS)
 def test_a_built_scheme_is_its_definition(setup, shape):
     assert_is_its_definition(SETUPS[setup], shape)
+
+
+@pytest.mark.parametrize("setup", [s for s, pos in SETUPS.items() if pos["name"] not in ROTARY])
+def test_a_scheme_without_rotary_pairs_is_its_definition_at_an_odd_head_dim(setup):
+    assert_is_its_definition(SETUPS[setup], (3, 5, 2, 9))  # d_model 15: odd, and so the sinusoids' last channel
 
 
 def test_the_definitions_cover_every_scheme():
