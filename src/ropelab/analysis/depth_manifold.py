@@ -292,7 +292,7 @@ def plot_scheme(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropelab.depth_manifold", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ropelab depth-manifold", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="dyck3 sweep or run folders (config.yaml + checkpoints/last.ckpt)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--examples", type=int, default=EXAMPLES, help="examples per split")

@@ -271,7 +271,7 @@ def plot(pairs: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropelab.escape_routes", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ropelab escape-routes", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="sweep or run folders with checkpoints/last.ckpt")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--examples", type=int, default=EXAMPLES, help="validation examples per run")

@@ -30,7 +30,7 @@ def write(sweep_dir: Path, out: Path | None = None, **kwargs) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ropelab.momentum_report", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ropelab momentum-report", description=__doc__.split("\n\n")[0])
     p.add_argument("sweep_dir", type=Path, help="runs/momentum_gamma, results/momentum_freqs, …")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: SWEEP_DIR/report)")
     p.add_argument("--checkpoints", type=Path, action="append", default=None,

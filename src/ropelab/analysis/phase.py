@@ -211,7 +211,7 @@ def write(sources: list[Path], out: Path, rule: Landmarks = Landmarks(), dpi: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ropelab.phase", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ropelab phase", description=__doc__.split("\n\n")[0])
     p.add_argument("sources", type=Path, nargs="*", default=list(DEFAULT_SOURCES), help="record folders")
     p.add_argument("--out", type=Path, default=Path("results/bio_phase/report"))
     p.add_argument("--dpi", type=int, default=100)

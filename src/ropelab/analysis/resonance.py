@@ -255,7 +255,7 @@ def plot(rows: list[dict[str, Any]], threshold: float, path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropelab.resonance", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ropelab resonance", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="sweep or run folders with config.yaml and positional_trace.npz")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--draws", type=int, default=DRAWS, help="random spectra per run")

@@ -409,7 +409,7 @@ def write(rows: list[dict], out: Path, references: Sequence[str] = ("rope",)) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropelab.extrapolate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ropelab extrapolate", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", help="run folders or sweep folders (runs/<name>)")
     parser.add_argument("--factors", nargs="+", type=float, default=None,
                         help="length factors of the (pre)training length (default 1 2 4 8)")

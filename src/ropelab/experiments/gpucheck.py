@@ -93,7 +93,7 @@ def step_bench(device: str, tiny: bool, out: Path, timeout: int) -> dict[str, An
     bench_json = (ROOT / "bench" / "out" if out.parent == ROOT / "bench" else out.parent) / f"{out.stem}-bench.json"
     bench_json.parent.mkdir(parents=True, exist_ok=True)
     args = ["--quick"] if tiny else ["--levers", "--no-sweep-estimate", "--run-steps", "20"]
-    result = _run([sys.executable, "-m", "ropelab.bench", "--device", device, "--silent", "--out", str(bench_json),
+    result = _run([sys.executable, "-m", "ropelab", "bench", "--device", device, "--silent", "--out", str(bench_json),
                    *args], timeout)
     if bench_json.is_file():
         result["bench"] = json.loads(bench_json.read_text())
@@ -165,7 +165,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ropelab.gpucheck", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ropelab gpucheck", description=__doc__.split("\n\n")[0])
     p.add_argument("--accelerator", default="cuda", choices=machine.ACCELERATORS,
                    help="cuda (default; refused without CUDA), or cpu to exercise the same path on the CPU")
     p.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=None,
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": device,
         "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "cpu": machine.cpu(),
         "torch": torch.__version__, "precision": precision, "precision_why": why, "tiny": tiny,
-        "command": "python -m ropelab.gpucheck " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "ropelab gpucheck " + " ".join(argv if argv is not None else sys.argv[1:]),
         "steps": {}, **machine.git_commit()}
     say(f"gpu-check on {result['gpu'] or device} ({precision}: {why}); {'tiny' if tiny else 'full'} settings")
     if "tests" not in skip:
