@@ -2,7 +2,7 @@
 recursion depths 10 and 11 are said to be nearly the same, while spectral RoPE unrolls depth into a spiral,
 ⟨v_10, v_11⟩ ≈ 0.
 
-    python -m ropelab.depth_manifold SWEEP_OR_RUN [SWEEP_OR_RUN …] --out DIR [--examples 256]
+    ropelab depth-manifold SWEEP_OR_RUN [SWEEP_OR_RUN …] --out DIR [--examples 256]
 
 For each completed dyck3 run (``config.yaml`` + ``checkpoints/last.ckpt``) under the given folders it feeds
 ``--examples`` validation examples (in distribution, depths 1–``depth_max``) and as many of the OOD split (deeper

@@ -2,7 +2,7 @@
 large for high frequencies and ≈ θ for low ones, so as γ grows a model is said to move its attention onto the
 low-frequency (stable) pairs — fewer such pairs (single-frequency, band-pass profiles) leave fewer escape routes.
 
-    python -m ropelab.escape_routes SWEEP_OR_RUN [SWEEP_OR_RUN …] --out DIR [--examples 256]
+    ropelab escape-routes SWEEP_OR_RUN [SWEEP_OR_RUN …] --out DIR [--examples 256]
 
 For each completed rope run (``config.yaml`` + ``checkpoints/last.ckpt``) it feeds ``--examples`` validation
 examples of the run's seed and, at every layer, splits the attention logit q·k of every causal (query, key) pair of

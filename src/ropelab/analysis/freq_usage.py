@@ -1,7 +1,7 @@
 """Frequency usage of a trained model (PoPE paper, "frequency usage analysis"): the mean query and key norm
 per frequency channel, per layer.
 
-    python -m ropelab.freq_usage RUN_DIR [RUN_DIR …] [--out DIR] [--examples 512] [--checkpoint PATH]
+    ropelab freq-usage RUN_DIR [RUN_DIR …] [--out DIR] [--examples 512] [--checkpoint PATH]
 
 For each run folder it loads ``checkpoints/last.ckpt``, feeds the run's own validation examples (the first
 ``--examples`` of the same draw as ``TaskDataModule.fixed_set``), and at every layer takes q and k from the

@@ -1,6 +1,6 @@
 """Length extrapolation of trained runs: loss and accuracy at 1×, 2×, 4×, 8× … the training length.
 
-    python -m ropelab.extrapolate runs/extrapolation_code_lm --factors 1 2 4 8 \\
+    ropelab extrapolate runs/extrapolation_code_lm --factors 1 2 4 8 \\
         --scaling none linear:auto ntk:auto yarn:auto --out results/extrapolation_code_lm/extrapolation
 
 For every run folder under the paths (a folder with ``config.yaml`` and ``checkpoints/last.ckpt``; a sweep folder

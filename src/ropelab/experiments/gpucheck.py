@@ -1,7 +1,7 @@
 """``make gpu-check``: one command for anyone with a GPU, writing bench/gpu.{json,md}.
 
-    python -m ropelab.gpucheck                      # on CUDA (refuses without it): bench/gpu.json + gpu.md
-    python -m ropelab.gpucheck --accelerator cpu    # the same path forced onto the CPU, tiny settings
+    ropelab gpucheck                      # on CUDA (refuses without it): bench/gpu.json + gpu.md
+    ropelab gpucheck --accelerator cpu    # the same path forced onto the CPU, tiny settings
                                                     # → bench/out/gpu-check-cpu.{json,md} (untracked)
 
 Four steps, each in its own process so that one failing does not hide the others:
@@ -9,7 +9,7 @@ Four steps, each in its own process so that one failing does not hide the others
 1. **tests**: the tests marked ``gpu`` (tests/test_gpu.py) on the device (``ROPELAB_TEST_DEVICE``);
 2. **runs**: one short bio_rotation run per registered scheme, ``trainer.accelerator=<device>
    trainer.precision=auto`` (one Hydra multirun); each summary.json must say completed, on that device;
-3. **bench**: ``python -m ropelab.bench --device <device>`` (ours per scheme vs Hugging Face's Llama at the
+3. **bench**: ``ropelab bench --device <device>`` (ours per scheme vs Hugging Face's Llama at the
    precision auto picks, bf16 on CUDA, and vs HF fp32; on CUDA with ``--levers``: torch.compile measured);
 4. **throughput**: several jobs on one device at once: the same sweep of identical short jobs (seeds) with
    ``hydra/launcher=gpu_shared`` at each ``--concurrency`` (processes side by side) and with

@@ -1,4 +1,4 @@
-"""Committed records as W&B runs: ``python -m ropelab.wandb_export results/<table> [--out DIR]``.
+"""Committed records as W&B runs: ``ropelab export results/<table> [--out DIR]``.
 
 A table's records (``results/<table>/<job>/``) are what lasts; a sweep run again in a fresh clone skips every
 recorded job, so ``logger=wandb`` alone never puts them on a dashboard. This writes, offline, one W&B run per

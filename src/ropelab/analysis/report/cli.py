@@ -1,4 +1,4 @@
-"""Sweep reports: ``python -m ropelab.report SWEEP_DIR [--out DIR]`` (or ``make report SWEEP=runs/<name>``).
+"""Sweep reports: ``ropelab report SWEEP_DIR [--out DIR]`` (or ``make report SWEEP=runs/<name>``).
 
 The command line: one sweep folder, or several single-run folders that are first linked into one folder
 (``compare_runs``) and then reported as a sweep; the landmark rule comes from the flags."""

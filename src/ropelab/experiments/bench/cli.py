@@ -1,5 +1,5 @@
 """The bench's command: ``run_bench`` runs every measure, ``markdown`` writes the table, ``main`` is
-``python -m ropelab.bench``."""
+``ropelab bench``."""
 
 from __future__ import annotations
 

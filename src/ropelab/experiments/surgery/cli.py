@@ -1,7 +1,7 @@
 """The surgery experiment (issue 15): pretrain with fixed RoPE on code_lm, spectralize, fine-tune, compare.
 
-    make surgery                                        # = python -m ropelab.surgery_experiment
-    python -m ropelab.surgery_experiment --pretrain-steps 400 --finetune-steps 120 --threads 1   # the defaults
+    make surgery                                        # = ropelab surgery
+    ropelab surgery --pretrain-steps 400 --finetune-steps 120 --threads 1   # the defaults
 
 1. **pretrain**: our backbone (conf/model/llama.yaml) with ``pos=rope`` on ``code_lm`` (the installed torch
    package's source, character level), seed 0, saved to ``<runs>/pretrain/checkpoints/last.ckpt``.
