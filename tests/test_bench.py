@@ -9,7 +9,7 @@ from conftest import HANG_GUARD_S, ROOT
 
 def test_quick_bench_writes_json_and_table(tmp_path):
     out = tmp_path / "bench.json"
-    result = subprocess.run([sys.executable, "-m", "ropelab.bench", "--quick", "--silent", "--schemes", "rope",
+    result = subprocess.run([sys.executable, "-m", "ropelab", "bench", "--quick", "--silent", "--schemes", "rope",
                              "spectral", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())

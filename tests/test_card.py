@@ -266,7 +266,7 @@ def test_a_scheme_copied_from_rope_reads_no_difference_with_differences_exactly_
     (tmp_path / "suite.yaml").write_text(COPY_SUITE)
     env = {"PYTHONPATH": f"{tree / 'src'}:{tree}", "PATH": "/usr/bin:/bin", "WANDB_MODE": "offline"}
     for pos in ("rope", "rope_copy"):
-        done = subprocess.run([sys.executable, "-m", "ropelab.card", "--suite", "suite.yaml", "--results", "cards",
+        done = subprocess.run([sys.executable, "-m", "ropelab", "card", "--suite", "suite.yaml", "--results", "cards",
                                "score", pos], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, done.stderr[-3000:]
     numbers = pd.read_csv(tmp_path / "cards" / "cards" / "pos=rope_copy" / "card.csv")

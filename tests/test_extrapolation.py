@@ -1,4 +1,4 @@
-"""Length extrapolation (issue 25): RoPE's scalings (pos.scaling) and ``python -m ropelab.extrapolate``.
+"""Length extrapolation (issue 25): RoPE's scalings (pos.scaling) and ``ropelab extrapolate``.
 
 The scalings are checked bit for bit: at factor 1 each is plain rope, and at other factors their frequencies,
 attention factors and (YaRN) cos/sin tables are those of transformers' own rope-init functions. The evaluation is

@@ -54,7 +54,7 @@ def test_a_single_run_ends_with_every_split_in_order_and_the_report_command(tmp_
     assert [item.split("=")[0] for item in metrics_line.removeprefix("metrics: ").split()] == list(FINAL_METRICS)
     assert "n/a" not in metrics_line
     assert f"run: {run_dir}" in result.stdout
-    assert f"next: python -m ropelab.report runs/single/{run_dir.name}" in result.stdout
+    assert f"next: python -m ropelab report runs/single/{run_dir.name}" in result.stdout
 
     summary = runs.read_summary(run_dir)
     assert set(FINAL_METRICS) <= set(summary["final"])
@@ -141,7 +141,7 @@ def test_a_sweep_with_a_failed_job_exits_1_with_one_summary(tmp_path):
     tail = result.stdout[result.stdout.index("sweep runs/f:"):].splitlines()
     assert tail == ["sweep runs/f: 2 jobs · 1 completed · 0 skipped · 1 failed",
                     f"  failed {bad}: seed=-1 is invalid: an integer >= 0",
-                    "next: python -m ropelab.report runs/f"]
+                    "next: python -m ropelab report runs/f"]
     sweep = tmp_path / "runs" / "f"
     assert sorted(p.name for p in sweep.iterdir()) == sorted([ok, "multirun.yaml"])
     assert runs.read_summary(sweep / ok)["status"] == "completed"

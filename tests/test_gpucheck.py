@@ -14,7 +14,7 @@ from ropelab.core import positional
 
 def test_gpu_check_forced_to_the_cpu_runs_every_step(tmp_path):
     out = tmp_path / "gpu.json"
-    result = subprocess.run([sys.executable, "-m", "ropelab.gpucheck", "--accelerator", "cpu", "--tiny",
+    result = subprocess.run([sys.executable, "-m", "ropelab", "gpucheck", "--accelerator", "cpu", "--tiny",
                              "--concurrency", "2", "--skip", "bench", "--out", str(out),
                              "--runs-dir", str(tmp_path / "runs")],
                             cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)

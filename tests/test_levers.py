@@ -1,6 +1,6 @@
 """The speed levers of issue 23 change nothing they must not: fused AdamW takes the unfused update's steps up to
 fp32 rounding, clipping by the divergence check's norm is Lightning's clipping bit for bit, and ``optim.fused``
-refuses bad values in one line. Their speed is the bench's (``python -m ropelab.bench --mixes``), not a test's."""
+refuses bad values in one line. Their speed is the bench's (``ropelab bench --mixes``), not a test's."""
 
 import json
 import subprocess
@@ -127,7 +127,7 @@ def test_a_run_clips_with_the_fused_optimiser_and_records_it(precision, tmp_path
 
 def test_mix_bench_quick_writes_every_lever_and_the_targets(tmp_path):
     out = tmp_path / "mixes.json"
-    result = subprocess.run([sys.executable, "-m", "ropelab.bench", "--quick", "--silent", "--threads", "1",
+    result = subprocess.run([sys.executable, "-m", "ropelab", "bench", "--quick", "--silent", "--threads", "1",
                              "--mixes", "momentum_gamma", "pope_indirect", "--out", str(out)], cwd=ROOT,
                             capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-3000:]

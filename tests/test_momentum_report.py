@@ -327,17 +327,7 @@ def test_the_sweep_report_carries_the_momentum_section(tmp_path):
     assert "## Momentum attention" in md and "Degradation γ = 0 → 2" in md and "| mean_pooling | flat |" in md
 
 
-def test_make_momentum_runs_both_sweeps_then_reports_from_the_records():
-    import subprocess
-
-    # -o: the venv's stamp counts as made, so a fresh clone's plan is the sweeps alone (STAMP=Makefile made make
-    # remake the Makefile, which -n does run: the setup recipe, and Makefile touched)
-    plan = subprocess.run(["make", "-n", "-o", ".venv/.installed", "momentum"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout
-    assert "pip install" not in plan
-    assert plan.index("experiment=momentum_gamma") < plan.index("experiment=momentum_freqs") \
-        < plan.index("ropelab.momentum_report results/$s")
-    assert "|| status=1" in plan and "exit $status" in plan  # a failed job does not stop the other sweep
+def test_both_momentum_sweeps_record_into_their_tables():
     for name in ("momentum_gamma", "momentum_freqs"):
         assert _compose(f"experiment={name}").record == f"results/{name}"  # recorded jobs are skipped on a rerun
 

@@ -50,3 +50,18 @@ def test_the_tally_says_what_the_claims_tables_say():
 def test_the_first_screen_has_the_two_commands_and_the_tally():
     first_screen = "\n".join(README.splitlines()[:40])
     assert "make run" in first_screen and "make test" in first_screen and "| paper | claim | verdict |" in first_screen
+
+
+def test_every_command_line_in_the_readme_and_docs_names_a_make_target_or_a_ropelab_command():
+    from ropelab.cli import COMMANDS
+
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M))
+    texts = {path.name: path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+    stale = [f"{name}: make {t}" for name, text in texts.items() for t in re.findall(r"(?:`|^)make ([a-z][a-z-]*)\b", text, re.M)
+             if t not in targets]
+    stale += [f"{name}: ropelab {c}" for name, text in texts.items()
+              for c in re.findall(r"(?:`|^|\$ |bin/)ropelab ([a-z][a-z-]*)\b", text, re.M) if c not in COMMANDS]
+    stale += [f"{name}: python -m ropelab.{m}" for name, text in texts.items()
+              for m in re.findall(r"python -m ropelab\.([a-z_]+)", text)
+              if m not in ("claims",)]  # claims' generated blocks name its old entry (analysis/claims.py COMMAND)
+    assert not stale

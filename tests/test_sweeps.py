@@ -271,7 +271,7 @@ def test_report_builds_from_the_tiny_sweep(tiny_sweep, tmp_path):
 def test_report_cli_writes_into_the_sweep(tiny_sweep, tmp_path):
     sweep = tmp_path / "copy"
     shutil.copytree(tiny_sweep, sweep, ignore=shutil.ignore_patterns("wandb"))
-    result = subprocess.run([sys.executable, "-m", "ropelab.report", str(sweep)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "ropelab", "report", str(sweep)], capture_output=True, text=True,
                             timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (sweep / "report" / "report.md").is_file() and (sweep / "report" / "table.csv").is_file()

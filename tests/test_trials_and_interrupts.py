@@ -91,7 +91,7 @@ def test_the_issues_trial_leaves_no_record_and_says_where_it_went(tmp_path):
     assert f"run: {job}" in lines
     assert any(line.startswith("  trial, 1 job in runs/bifocal_table1: ") and
                line.endswith("a trial, not recorded in results/bifocal_table1") for line in lines), result.stdout
-    assert lines[-1] == "next: python -m ropelab.report runs/bifocal_table1"
+    assert lines[-1] == "next: python -m ropelab report runs/bifocal_table1"
 
 
 # ------------------------------------------------------------------------- Ctrl-C

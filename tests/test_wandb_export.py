@@ -1,4 +1,4 @@
-"""Committed records on a W&B dashboard (issue 24): ``python -m ropelab.wandb_export results/<table>`` writes one
+"""Committed records on a W&B dashboard (issue 24): ``ropelab export results/<table>`` writes one
 offline W&B run per record (grouped, tagged, its config, curves and learned-parameter histograms) and one with the
 table's summary and figures, for ``make sync``."""
 
@@ -15,7 +15,7 @@ TABLE = ROOT / "results" / "bifocal_table1"
 
 
 def _export(table, out):
-    result = subprocess.run([sys.executable, "-m", "ropelab.wandb_export", str(table), "--out", str(out)],
+    result = subprocess.run([sys.executable, "-m", "ropelab", "export", str(table), "--out", str(out)],
                             capture_output=True, text=True, timeout=HANG_GUARD_S, env={**os.environ, "WANDB_MODE": "offline"})
     assert result.returncode == 0, result.stderr[-2000:]
     return result, sorted((out / table.name / "wandb").glob("offline-run-*"))

@@ -8,8 +8,6 @@
   positional schemes, data, the Lightning module, training, callbacks, loggers, run folders, the machine, errors,
   the command line (``tasks/`` beside it is the core's too: tasks import only ``ropelab.core.errors``).
 
-The modules at this level are the commands' entry points (``python -m ropelab.report``, ``python -m
-ropelab.calibrate``, …) and the names Hydra configs give (``ropelab.loggers.RunCSVLogger``,
-``ropelab.sweep_summary.SweepSummary``, recorded in every run's config.yaml): each only re-exports a layer's module,
-and nothing in a layer imports them.
+At this level is only the command line: ``ropelab <command>`` (``ropelab.cli``; ``python -m ropelab`` is the same),
+each command its module's ``main(argv)``; nothing in a layer imports it.
 """

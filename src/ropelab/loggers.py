@@ -1,5 +1,6 @@
-"""The loggers' names in conf/logger/*.yaml (``_target_: ropelab.loggers.RunCSVLogger``), recorded in every run's
-config.yaml; the code is ``ropelab.core.loggers``."""
+"""The CSV logger's old name, ``ropelab.loggers.RunCSVLogger``: the records made before conf/logger/ named
+``ropelab.core.loggers`` carry it in their config.yaml, and ropelab.experiments.reproduce still names it when it
+retrains one. Delete this module once reproduce names ``ropelab.core.loggers.RunCSVLogger``."""
 
 from ropelab.core.loggers import RunCSVLogger, RunWandbLogger
 

@@ -2,7 +2,7 @@
 recursion depths 10 and 11 are said to be nearly the same, while spectral RoPE unrolls depth into a spiral,
 ⟨v_10, v_11⟩ ≈ 0.
 
-    python -m ropelab.depth_manifold SWEEP_OR_RUN [SWEEP_OR_RUN …] --out DIR [--examples 256]
+    ropelab depth-manifold SWEEP_OR_RUN [SWEEP_OR_RUN …] --out DIR [--examples 256]
 
 For each completed dyck3 run (``config.yaml`` + ``checkpoints/last.ckpt``) under the given folders it feeds
 ``--examples`` validation examples (in distribution, depths 1–``depth_max``) and as many of the OOD split (deeper
@@ -292,7 +292,7 @@ def plot_scheme(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropelab.depth_manifold", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ropelab depth-manifold", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="dyck3 sweep or run folders (config.yaml + checkpoints/last.ckpt)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--examples", type=int, default=EXAMPLES, help="examples per split")

@@ -2,7 +2,7 @@
 large for high frequencies and ≈ θ for low ones, so as γ grows a model is said to move its attention onto the
 low-frequency (stable) pairs — fewer such pairs (single-frequency, band-pass profiles) leave fewer escape routes.
 
-    python -m ropelab.escape_routes SWEEP_OR_RUN [SWEEP_OR_RUN …] --out DIR [--examples 256]
+    ropelab escape-routes SWEEP_OR_RUN [SWEEP_OR_RUN …] --out DIR [--examples 256]
 
 For each completed rope run (``config.yaml`` + ``checkpoints/last.ckpt``) it feeds ``--examples`` validation
 examples of the run's seed and, at every layer, splits the attention logit q·k of every causal (query, key) pair of
@@ -271,7 +271,7 @@ def plot(pairs: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropelab.escape_routes", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ropelab escape-routes", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="sweep or run folders with checkpoints/last.ckpt")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--examples", type=int, default=EXAMPLES, help="validation examples per run")

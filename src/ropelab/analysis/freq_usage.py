@@ -1,7 +1,7 @@
 """Frequency usage of a trained model (PoPE paper, "frequency usage analysis"): the mean query and key norm
 per frequency channel, per layer.
 
-    python -m ropelab.freq_usage RUN_DIR [RUN_DIR …] [--out DIR] [--examples 512] [--checkpoint PATH]
+    ropelab freq-usage RUN_DIR [RUN_DIR …] [--out DIR] [--examples 512] [--checkpoint PATH]
 
 For each run folder it loads ``checkpoints/last.ckpt``, feeds the run's own validation examples (the first
 ``--examples`` of the same draw as ``TaskDataModule.fixed_set``), and at every layer takes q and k from the
@@ -188,7 +188,7 @@ def plot(results: Sequence[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropelab.freq_usage", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ropelab freq-usage", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run folders (config.yaml + checkpoints/last.ckpt)")
     parser.add_argument("--out", help="output folder (default: <first run>/freq_usage)")
     parser.add_argument("--examples", type=int, default=512, help="validation examples to average over")

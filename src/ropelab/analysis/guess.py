@@ -9,7 +9,7 @@ A model at the floor has learned which tokens can be answers, not the task; "abo
 A task may also name shortcuts (``Task.shortcuts``: indirect indexing's copying of the source letter), printed
 beside the floor: a model at a shortcut's level has not learned the task either.
 
-    python -m ropelab.guess results/momentum_gamma      # one line per task found in the records' configs
+    ropelab guess results/momentum_gamma      # one line per task found in the records' configs
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ validation step at or above ``level`` accuracy, the final validation accuracy, a
 token and per whole answer (``ood/exact``); then each scheme minus the reference scheme, paired by seed, with a
 95 % t interval ("no difference detected" when it includes 0).
 
-    python -m ropelab.learning_speed results/bifocal_calibrated            # → results/bifocal_calibrated/report/
+    ropelab learning-speed results/bifocal_calibrated            # → results/bifocal_calibrated/report/
 """
 
 from __future__ import annotations

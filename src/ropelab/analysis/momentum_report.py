@@ -1,8 +1,8 @@
 """Momentum attention (arXiv 2602.04902, issue 10): degradation γ = 0 → 2, γ-response verdicts and the
 attention-sharpening number, for the ``momentum_gamma`` and ``momentum_freqs`` sweeps.
 
-``python -m ropelab.report SWEEP`` adds this module's section to a γ sweep's report (``section``);
-``python -m ropelab.momentum_report SWEEP [--out DIR]`` writes it alone (``momentum.md`` and its figures).
+``ropelab report SWEEP`` adds this module's section to a γ sweep's report (``section``);
+``ropelab momentum-report SWEEP [--out DIR]`` writes it alone (``momentum.md`` and its figures).
 
 The definitions (degradation, γ verdicts, sharpening) are ``ropelab.analysis.report.gamma``'s; the section is
 ``ropelab.analysis.report.momentum``.
@@ -30,7 +30,7 @@ def write(sweep_dir: Path, out: Path | None = None, **kwargs) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ropelab.momentum_report", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ropelab momentum-report", description=__doc__.split("\n\n")[0])
     p.add_argument("sweep_dir", type=Path, help="runs/momentum_gamma, results/momentum_freqs, …")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: SWEEP_DIR/report)")
     p.add_argument("--checkpoints", type=Path, action="append", default=None,

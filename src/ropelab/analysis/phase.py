@@ -1,6 +1,6 @@
 """The bio-rotation phase diagram: where (if anywhere) RoPE stalls and spectral RoPE locks in.
 
-``python -m ropelab.phase [RECORD_DIR …] [--out DIR]`` reads run records (default: the bio_rotation jobs of
+``ropelab phase [RECORD_DIR …] [--out DIR]`` reads run records (default: the bio_rotation jobs of
 results/bifocal_table1 and every job of results/bio_phase) and places each completed run in a cell
 (noise alphabet × gap range) and a variant (scheme, plus ``×10 lr`` when ``optim.pos_lr_scale`` ≠ 1). Per cell
 and variant: final val loss (mean ± SD, n), the fraction of seeds that lock in (half-plateau crossing) and the
@@ -211,7 +211,7 @@ def write(sources: list[Path], out: Path, rule: Landmarks = Landmarks(), dpi: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ropelab.phase", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ropelab phase", description=__doc__.split("\n\n")[0])
     p.add_argument("sources", type=Path, nargs="*", default=list(DEFAULT_SOURCES), help="record folders")
     p.add_argument("--out", type=Path, default=Path("results/bio_phase/report"))
     p.add_argument("--dpi", type=int, default=100)

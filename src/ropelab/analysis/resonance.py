@@ -1,7 +1,7 @@
 """Resonance of learned frequencies (Bifocal paper §2.2, §5.3 / Fig. 5): does training move Ω so that cos(ω·N) ≈ 1
 at the distances N the task must bridge (the "harmonic bridge" between a motif and its reverse complement)?
 
-    python -m ropelab.resonance results/bifocal_table1 results/bio_phase [--out results/resonance]
+    ropelab resonance results/bifocal_table1 results/bio_phase [--out results/resonance]
 
 Reads only records: each run folder's ``config.yaml`` and ``positional_trace.npz`` (Ω at step 0 and at every
 validation; ``omega`` of spectral and of bifocal's spectral heads, shape (heads, pairs)). Declared before looking:
@@ -255,7 +255,7 @@ def plot(rows: list[dict[str, Any]], threshold: float, path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropelab.resonance", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ropelab resonance", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="sweep or run folders with config.yaml and positional_trace.npz")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--draws", type=int, default=DRAWS, help="random spectra per run")

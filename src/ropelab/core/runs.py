@@ -198,4 +198,4 @@ def python_command() -> str:
 def report_command(path: Path | str) -> str:
     """The command that turns a run or sweep folder into a report, with the interpreter the user ran; paths
     relative to the working directory where they lie under it."""
-    return f"{python_command()} -m ropelab.report {shorter(Path(path))}"
+    return f"{python_command()} -m ropelab report {shorter(Path(path))}"

@@ -34,7 +34,7 @@ heads) and all heads spectral; dynamic rope types (inv_freq changing with length
 into q/k/v and gate/up; the same rotate_half pairing), for the tests and for anyone who wants our weights
 in transformers. ``load_weights(model, path)`` loads a ``train.py`` run folder or Lightning checkpoint.
 
-``python -m ropelab.surgery`` runs the surgery experiment (``ropelab.experiments.surgery``, ``make surgery``), which
+``ropelab surgery`` runs the surgery experiment (``ropelab.experiments.surgery``, ``make surgery``), which
 uses this transform; the transform is core (``init_from`` and ``surgery=spectral`` of any run use it).
 """
 

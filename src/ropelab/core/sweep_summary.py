@@ -65,7 +65,7 @@ def summary_lines(sweep_dir: Path, notes: list[dict], wandb: bool = False) -> li
         lines.append(f"  skipped {len(jobs)}, {reason}: {_named(jobs)}")
     recorded = sorted({n["where"] for n in by_outcome["skipped"] if n.get("where") and n["where"] != str(sweep_dir)})
     if wandb and recorded:  # a skipped job makes no W&B run: its record can
-        lines += [f"  no W&B run for a recorded job; its record as one: {runs.python_command()} -m ropelab.wandb_export "
+        lines += [f"  no W&B run for a recorded job; its record as one: {runs.python_command()} -m ropelab export "
                   f"{runs.shorter(Path(where))}" for where in recorded]
     for kind, found in by_outcome.items():
         if kind not in ("completed", "skipped"):

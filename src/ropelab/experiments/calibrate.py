@@ -21,8 +21,8 @@ in the steps-to-level count). Overall picks are the smallest budget,
 then the first size in grid order.
 
     python train.py -m experiment=calibrate_mod_arith hydra/launcher=joblib trainer.threads=1
-    python -m ropelab.calibrate results/calibration/mod_arith          # → results/calibration/mod_arith/report/
-    python -m ropelab.calibrate results/calibration/assoc_recall --baseline pos.momentum.gamma=0
+    ropelab calibrate results/calibration/mod_arith          # → results/calibration/mod_arith/report/
+    ropelab calibrate results/calibration/assoc_recall --baseline pos.momentum.gamma=0
 """
 
 from __future__ import annotations

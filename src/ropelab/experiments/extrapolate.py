@@ -1,6 +1,6 @@
 """Length extrapolation of trained runs: loss and accuracy at 1×, 2×, 4×, 8× … the training length.
 
-    python -m ropelab.extrapolate runs/extrapolation_code_lm --factors 1 2 4 8 \\
+    ropelab extrapolate runs/extrapolation_code_lm --factors 1 2 4 8 \\
         --scaling none linear:auto ntk:auto yarn:auto --out results/extrapolation_code_lm/extrapolation
 
 For every run folder under the paths (a folder with ``config.yaml`` and ``checkpoints/last.ckpt``; a sweep folder
@@ -409,7 +409,7 @@ def write(rows: list[dict], out: Path, references: Sequence[str] = ("rope",)) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropelab.extrapolate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ropelab extrapolate", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", help="run folders or sweep folders (runs/<name>)")
     parser.add_argument("--factors", nargs="+", type=float, default=None,
                         help="length factors of the (pre)training length (default 1 2 4 8)")

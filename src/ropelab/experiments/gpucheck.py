@@ -1,7 +1,7 @@
 """``make gpu-check``: one command for anyone with a GPU, writing bench/gpu.{json,md}.
 
-    python -m ropelab.gpucheck                      # on CUDA (refuses without it): bench/gpu.json + gpu.md
-    python -m ropelab.gpucheck --accelerator cpu    # the same path forced onto the CPU, tiny settings
+    ropelab gpucheck                      # on CUDA (refuses without it): bench/gpu.json + gpu.md
+    ropelab gpucheck --accelerator cpu    # the same path forced onto the CPU, tiny settings
                                                     # → bench/out/gpu-check-cpu.{json,md} (untracked)
 
 Four steps, each in its own process so that one failing does not hide the others:
@@ -9,7 +9,7 @@ Four steps, each in its own process so that one failing does not hide the others
 1. **tests**: the tests marked ``gpu`` (tests/test_gpu.py) on the device (``ROPELAB_TEST_DEVICE``);
 2. **runs**: one short bio_rotation run per registered scheme, ``trainer.accelerator=<device>
    trainer.precision=auto`` (one Hydra multirun); each summary.json must say completed, on that device;
-3. **bench**: ``python -m ropelab.bench --device <device>`` (ours per scheme vs Hugging Face's Llama at the
+3. **bench**: ``ropelab bench --device <device>`` (ours per scheme vs Hugging Face's Llama at the
    precision auto picks, bf16 on CUDA, and vs HF fp32; on CUDA with ``--levers``: torch.compile measured);
 4. **throughput**: several jobs on one device at once: the same sweep of identical short jobs (seeds) with
    ``hydra/launcher=gpu_shared`` at each ``--concurrency`` (processes side by side) and with
@@ -93,7 +93,7 @@ def step_bench(device: str, tiny: bool, out: Path, timeout: int) -> dict[str, An
     bench_json = (ROOT / "bench" / "out" if out.parent == ROOT / "bench" else out.parent) / f"{out.stem}-bench.json"
     bench_json.parent.mkdir(parents=True, exist_ok=True)
     args = ["--quick"] if tiny else ["--levers", "--no-sweep-estimate", "--run-steps", "20"]
-    result = _run([sys.executable, "-m", "ropelab.bench", "--device", device, "--silent", "--out", str(bench_json),
+    result = _run([sys.executable, "-m", "ropelab", "bench", "--device", device, "--silent", "--out", str(bench_json),
                    *args], timeout)
     if bench_json.is_file():
         result["bench"] = json.loads(bench_json.read_text())
@@ -165,7 +165,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ropelab.gpucheck", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ropelab gpucheck", description=__doc__.split("\n\n")[0])
     p.add_argument("--accelerator", default="cuda", choices=machine.ACCELERATORS,
                    help="cuda (default; refused without CUDA), or cpu to exercise the same path on the CPU")
     p.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=None,
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": device,
         "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "cpu": machine.cpu(),
         "torch": torch.__version__, "precision": precision, "precision_why": why, "tiny": tiny,
-        "command": "python -m ropelab.gpucheck " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "ropelab gpucheck " + " ".join(argv if argv is not None else sys.argv[1:]),
         "steps": {}, **machine.git_commit()}
     say(f"gpu-check on {result['gpu'] or device} ({precision}: {why}); {'tiny' if tiny else 'full'} settings")
     if "tests" not in skip:

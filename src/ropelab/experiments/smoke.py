@@ -1,7 +1,7 @@
 """Smoke matrix: one training step of every scheme on every task, at the default (or a tiny) config.
 
-    python -m ropelab.smoke                 # default model config; writes results/smoke/smoke.{md,json}
-    python -m ropelab.smoke --tiny --out DIR
+    ropelab smoke                 # default model config; writes results/smoke/smoke.{md,json}
+    ropelab smoke --tiny --out DIR
 
 Each cell builds the run ``python train.py task=T pos=P`` would (``ropelab.core.build``), takes one AdamW step on its
 first training batch and reports the loss before the step (≈ ln |vocab| at init) and the step's wall time; a cell

@@ -1,4 +1,4 @@
-"""Committed records as W&B runs: ``python -m ropelab.wandb_export results/<table> [--out DIR]``.
+"""Committed records as W&B runs: ``ropelab export results/<table> [--out DIR]``.
 
 A table's records (``results/<table>/<job>/``) are what lasts; a sweep run again in a fresh clone skips every
 recorded job, so ``logger=wandb`` alone never puts them on a dashboard. This writes, offline, one W&B run per
@@ -111,7 +111,7 @@ def export(table: Path, out: Path = DEFAULT_OUT, project: str = "ropelab", entit
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ropelab.wandb_export", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ropelab export", description=__doc__.split("\n\n")[0])
     p.add_argument("table", type=Path, help="a folder of records, e.g. results/bifocal_table1")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"where the offline runs go (default {DEFAULT_OUT})")
     p.add_argument("--project", default="ropelab")

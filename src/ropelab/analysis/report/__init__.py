@@ -1,4 +1,4 @@
-"""Sweep reports: ``python -m ropelab.report SWEEP_DIR [--out DIR]`` (or ``make report SWEEP=runs/<name>``).
+"""Sweep reports: ``ropelab report SWEEP_DIR [--out DIR]`` (or ``make report SWEEP=runs/<name>``).
 
 Reads every run folder under SWEEP_DIR (``config.yaml``, ``summary.json``, ``metrics.csv``,
 ``positional_trace.npz``; ``.hydra/`` for jobs that never got further) and writes into ``SWEEP_DIR/report/``:

@@ -1,4 +1,4 @@
-"""Sweep reports: ``python -m ropelab.report SWEEP_DIR [--out DIR]`` (or ``make report SWEEP=runs/<name>``).
+"""Sweep reports: ``ropelab report SWEEP_DIR [--out DIR]`` (or ``make report SWEEP=runs/<name>``).
 
 The command line: one sweep folder, or several single-run folders that are first linked into one folder
 (``compare_runs``) and then reported as a sweep; the landmark rule comes from the flags."""
@@ -43,7 +43,7 @@ def refuse_to_lose_attention_maps(sweep_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ropelab.report", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ropelab report", description=__doc__.split("\n\n")[0])
     p.add_argument("sweep_dir", type=Path, nargs="+",
                    help="a sweep folder (e.g. runs/bifocal_table1), or several run folders to compare side by side")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: SWEEP_DIR/report)")

@@ -1,6 +1,6 @@
 """Momentum attention's numbers (arXiv 2602.04902, issue 10): degradation γ = 0 → 2 and the γ-response verdicts,
 from a γ sweep's completed runs. The report's section is ``ropelab.analysis.report.momentum``, the command
-``python -m ropelab.momentum_report``.
+``ropelab momentum-report``.
 
 Definitions (every interval is a 95 % Student t interval over seeds, ``ropelab.analysis.stats``):
 

@@ -1,6 +1,6 @@
 """The momentum section of a γ sweep's report (``section``): degradation, γ verdicts with their figures, attention
 sharpening from checkpoints (or the number each run recorded) and the claims table. Its numbers are
-``ropelab.analysis.report.gamma``; ``python -m ropelab.report`` adds it to a γ sweep's report, ``python -m
+``ropelab.analysis.report.gamma``; ``ropelab report`` adds it to a γ sweep's report, ``python -m
 ropelab.momentum_report`` writes it alone.
 """
 

@@ -1,10 +1,10 @@
 """Training-step benchmark: our Llama per positional scheme against Hugging Face's LlamaForCausalLM.
 
-    python -m ropelab.bench              # the reference config (make bench); writes bench/out/bench-<time>.{json,md}
-    python -m ropelab.bench --quick      # tiny config, 1 round: checks that the bench runs (seconds)
-    python -m ropelab.bench --levers     # also torch.compile, the other precision, bf16 attention
-    python -m ropelab.bench --device cuda  # on a GPU (make gpu-check runs it there)
-    python -m ropelab.bench --mixes      # only the tables' jobs per core-hour under each speed lever (issue 23)
+    ropelab bench              # the reference config (make bench); writes bench/out/bench-<time>.{json,md}
+    ropelab bench --quick      # tiny config, 1 round: checks that the bench runs (seconds)
+    ropelab bench --levers     # also torch.compile, the other precision, bf16 attention
+    ropelab bench --device cuda  # on a GPU (make gpu-check runs it there)
+    ropelab bench --mixes      # only the tables' jobs per core-hour under each speed lever (issue 23)
 
 What one "step" is, for every configuration: forward, loss (``LitLM.loss``), backward, gradient clipping
 at 1.0 (as ``trainer.gradient_clip_val``), AdamW step, zero_grad. Our model gets the optimiser of

@@ -1,5 +1,5 @@
 """The bench's command: ``run_bench`` runs every measure, ``markdown`` writes the table, ``main`` is
-``python -m ropelab.bench``."""
+``ropelab bench``."""
 
 from __future__ import annotations
 
@@ -295,7 +295,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ropelab.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ropelab bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny config, 1 round, 1 step, no default run (a smoke test)")
     p.add_argument("--device", default="auto", choices=machine.ACCELERATORS,
                    help="as trainer.accelerator: auto (CUDA when present), cpu, gpu/cuda")

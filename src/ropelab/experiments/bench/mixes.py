@@ -1,4 +1,4 @@
-"""The bench's job mixes (``python -m ropelab.bench --mixes``, issue 23): jobs per core-hour of each paper table's
+"""The bench's job mixes (``ropelab bench --mixes``, issue 23): jobs per core-hour of each paper table's
 jobs under each lever that takes back a tiny model's fixed per-step cost, side by side in one run.
 
 A *cell* is one distinct job shape of a table (a preset's job at its task, scheme, batch and length; seeds and

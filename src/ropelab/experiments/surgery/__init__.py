@@ -1,4 +1,4 @@
-"""The surgery experiment (issue 15; ``python -m ropelab.surgery_experiment``, ``make surgery``); the transform it tests
+"""The surgery experiment (issue 15; ``ropelab surgery``, ``make surgery``); the transform it tests
 is ``ropelab.core.surgery``. By job: ``training`` (runs and arms), ``swap`` (outputs unchanged at the swap), ``phase``
 (Ω drift, the Φ saw-tooth), ``report`` (README.md, surgery.json, surgery.png), ``cli`` (the command, documented there).
 """

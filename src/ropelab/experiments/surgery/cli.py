@@ -1,7 +1,7 @@
 """The surgery experiment (issue 15): pretrain with fixed RoPE on code_lm, spectralize, fine-tune, compare.
 
-    make surgery                                        # = python -m ropelab.surgery_experiment
-    python -m ropelab.surgery_experiment --pretrain-steps 400 --finetune-steps 120 --threads 1   # the defaults
+    make surgery                                        # = ropelab surgery
+    ropelab surgery --pretrain-steps 400 --finetune-steps 120 --threads 1   # the defaults
 
 1. **pretrain**: our backbone (conf/model/llama.yaml) with ``pos=rope`` on ``code_lm`` (the installed torch
    package's source, character level), seed 0, saved to ``<runs>/pretrain/checkpoints/last.ckpt``.
@@ -43,7 +43,7 @@ from ropelab.experiments.surgery.training import ARMS, machine_info, read_metric
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m ropelab.surgery_experiment", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="ropelab surgery", description=__doc__.split("\n\n")[0])
     p.add_argument("--pretrain-steps", type=int, default=400)
     p.add_argument("--finetune-steps", type=int, default=120)
     p.add_argument("--pretrain-lr", type=float, default=3e-3)
@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     wall = time.time() - t0
     result = {
-        "command": "python -m ropelab.surgery_experiment " + " ".join(shlex.quote(a) for a in argv) if argv
-        else "python -m ropelab.surgery_experiment",
+        "command": "ropelab surgery " + " ".join(shlex.quote(a) for a in argv) if argv
+        else "ropelab surgery",
         "machine": {**machine_info(args.threads), "load_start": load_start,
                     "load_end": [round(x, 2) for x in os.getloadavg()], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
         "wall_s": wall,

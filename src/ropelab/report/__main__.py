@@ -1,5 +1,0 @@
-import sys
-
-from ropelab.analysis.report.cli import main
-
-sys.exit(main())
