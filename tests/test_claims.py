@@ -49,7 +49,8 @@ def test_a_paired_claim_is_decided_with_its_conditions_from_the_records(tmp_path
     assert d.verdict.word == "reproduced" and d.verdict.n == 3
     assert d.verdict.diff == pytest.approx(0.4 - 0.01)
     assert C.render(d).startswith("reproduced: +39.0 pts [")
-    assert d.conditions() == "results/t; 2000 steps × batch 32; AMD EPYC; commit aaaaaaa; seeds 0–2 (3 of 3 planned)"
+    assert d.conditions() == ("results/t; 2000 steps × batch 32; AMD EPYC; commit aaaaaaa; seeds 0–2 (3 of 3 planned); "
+                              "floor 14.3 % (guess, exact); pre-registration unknown")
 
 
 def test_pairing_two_commits_or_two_cpu_kinds_is_refused_unless_declared_equivalent(tmp_path):
@@ -79,7 +80,8 @@ def test_seeds_that_chose_the_budget_are_flagged_and_missing_seeds_are_incomplet
     [d] = C.decide_all(tmp_path)
     assert d.verdict.word == "incomplete" and (d.verdict.n, d.verdict.planned) == (3, 5)
     assert C.render(d).startswith("incomplete (3 of 5), so far reproduced: ")
-    assert d.flags == ["⚠ seeds 1 also chose the budget (results/calibration/mod_arith)"]
+    assert d.flags == ["⚠ seeds 1 also chose the budget (results/calibration/mod_arith)",
+                       "⚠ no fresh-seed confirmation declared (confirm:)"]
     assert "seeds 0–2 (3 of 5 planned)" in d.conditions()
 
 
@@ -117,7 +119,8 @@ def test_a_composite_with_a_relative_drop_lists_its_parts(tmp_path):
     first = dict(d.verdict.parts)["rope − spectral"]
     expected = [(0.9 - (0.45 + 0.01 * s)) / 0.9 - (0.8 - (0.4 + 0.02 * s)) / 0.8 for s in range(3)]
     assert first.diff == pytest.approx(sum(expected) / 3)
-    assert d.verdict.word == "partly" and C.render(d).startswith("partly — rope − spectral: ")
+    assert d.verdict.word == "partly" and C.render(d).startswith(
+        "partly: 1 reproduced, 1 no difference detected; Bonferroni over 2 parts, 97.5 % intervals — rope − spectral: ")
     assert " %" in C.render(d), "a relative drop is written in %"
 
 
@@ -149,7 +152,8 @@ def test_a_table_planned_by_a_preset_may_be_declared_before_its_runs(tmp_path):
     declare(tmp_path, {**PAIRED, "table": "bifocal_confirm", "seeds": [100, 101]})
     [d] = C.decide_all(tmp_path)
     assert d.verdict.word == "not run" and C.render(d) == "not run (0 of 2)"
-    assert d.conditions() == "results/bifocal_confirm: no record of these cells yet; seeds 100–101 planned"
+    assert d.conditions() == ("results/bifocal_confirm: no record of these cells yet; seeds 100–101 planned; "
+                              "pre-registration unknown")
 
 
 def test_readme_blocks_are_rewritten_between_their_markers_only(tmp_path):
@@ -202,7 +206,7 @@ def test_resonance_shares_are_paired_by_seed_between_moments_of_one_cell(tmp_pat
     assert d.verdict.n == 3 and d.verdict.diff == pytest.approx((0.10 + 0.12 + 0.16) / 3 - 0.15)
     assert C.render(d).startswith("no difference detected: −0.023 [")
     assert d.conditions() == ("results/resonance; 2000 steps × batch 32; AMD EPYC; commit aaaaaaa; seeds 0–2 (3 of 3 "
-                              "planned)")  # the machine and commit of the runs the table read
+                              "planned); no floor (resonance/share is not an accuracy); pre-registration unknown")
 
 
 def test_depth_manifold_rows_are_selected_by_scheme_layer_and_split(tmp_path):
@@ -243,7 +247,8 @@ def test_an_analysis_table_may_be_declared_before_its_output_exists(tmp_path):
                        "metric": "escape/low_share_weights", "direction": 1, "seeds": [100, 101]}, paper="Momentum")
     [d] = C.decide_all(tmp_path)
     assert C.render(d) == "not run (0 of 2)"
-    assert d.conditions() == "results/escape_routes: no record of these cells yet; seeds 100–101 planned"
+    assert d.conditions() == ("results/escape_routes: no record of these cells yet; seeds 100–101 planned; "
+                              "no floor (escape/low_share_weights is not an accuracy); pre-registration unknown")
 
 
 def test_a_bad_key_in_an_analysis_declaration_is_one_line(tmp_path):
