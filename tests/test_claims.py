@@ -2,6 +2,7 @@
 one CPU kind, seeds disjoint from the calibration), bad declarations named in one line, README generated."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -134,6 +135,9 @@ def test_a_composite_with_a_relative_drop_lists_its_parts(tmp_path):
     ({"rule": "t"}, "key 'rule' is not one of: "),
     ({"equivalent": {"commits": True}}, "equivalent commits needs the reason they may be pooled"),
     ({"equivalent": {"machines": "same"}}, "equivalent key 'machines' is not one of: commits, cpus"),
+    ({"floor": "chance"}, "floor 'chance' is not one of: a number, guess, shortcut:<name>, none"),
+    ({"label": "ours"}, "label 'ours' is not one of: paper, extension"),
+    ({"confirm": "nope"}, "confirm 'nope' is not one of: spectral_wins"),
 ])
 def test_a_bad_key_is_one_line_naming_it_and_the_valid_choices(tmp_path, capsys, change, named):
     scheme_pair(tmp_path)
@@ -260,3 +264,110 @@ def test_a_bad_key_in_an_analysis_declaration_is_one_line(tmp_path):
                        "direction": 1, "seeds": [0]})
     with pytest.raises(ConfigError, match="^test.yaml: claim res: a key 'momnet' is not one of: cell, moment, seed$"):
         C.decide_all(tmp_path)
+
+
+COMPOSITE = {"id": "both", "claim": "spectral and bifocal beat rope", "form": "composite", "table": "t",
+             "where": {"task.name": "mod_arith"}, "metric": "val/acc", "direction": 1, "seeds": [0, 1, 2],
+             "parts": [{"name": "spectral − rope", "form": "paired", "a": {"pos.name": "spectral"},
+                        "b": {"pos.name": "rope"}},
+                       {"name": "bifocal − rope", "form": "paired", "a": {"pos.name": "bifocal"},
+                        "b": {"pos.name": "rope"}}]}
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"combine": "most"}, "combine 'most' is not one of: all, any, primary"),
+    ({"combine": "primary", "primary": "mod 7"}, "primary 'mod 7' is not one of: spectral − rope, bifocal − rope"),
+    ({"multiplicity": "holm"}, "multiplicity 'holm' is not one of: bonferroni, none"),
+    ({"multiplicity": "none"}, "multiplicity none needs multiplicity_why"),
+])
+def test_a_bad_combine_rule_is_one_line_naming_the_valid_choices(tmp_path, change, named):
+    scheme_pair(tmp_path)
+    declare(tmp_path, {**COMPOSITE, **change})
+    with pytest.raises(ConfigError, match="^test.yaml: claim both: ") as err:
+        C.decide_all(tmp_path)
+    assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_composite_parts_are_bonferroni_corrected_unless_declared_otherwise(tmp_path):
+    scheme_pair(tmp_path)
+    for s in range(3):
+        write_record(tmp_path, "t", "bifocal", s, 0.5 + 0.02 * s)
+    declare(tmp_path, COMPOSITE)
+    [d] = C.decide_all(tmp_path)
+    assert all(v.alpha == pytest.approx(0.025) for _, v in d.verdict.parts)
+    assert "Bonferroni over 2 parts, 97.5 % intervals" in C.render(d)
+    assert C.render(d).startswith("partly: 1 reproduced, 1 no difference detected; Bonferroni")
+    declare(tmp_path, {**COMPOSITE, "multiplicity": "none", "multiplicity_why": "two separate papers' claims"})
+    [d] = C.decide_all(tmp_path)
+    assert all(v.alpha == 0.05 for _, v in d.verdict.parts) and "Bonferroni" not in C.render(d)
+
+
+def test_a_drop_reads_only_its_two_settings_and_says_nothing_when_both_never_learned(tmp_path):
+    for s in range(3):
+        for scheme, start in (("rope", 0.16), ("spectral", 0.15)):
+            for g, acc in ((0.0, start), (1.0, 0.9), (2.0, start - 0.01 * (s + 1))):
+                write_record(tmp_path, "t", scheme, s, acc, gamma=g)
+    declare(tmp_path, {"id": "d", "claim": "rope drops less", "form": "paired", "table": "t",
+                       "a": {"pos.name": "rope"}, "b": {"pos.name": "spectral"}, "metric": "val/acc",
+                       "drop": {"axis": "pos.momentum.gamma", "from": 0, "to": 2}, "direction": -1,
+                       "seeds": [0, 1, 2]})
+    [d] = C.decide_all(tmp_path)
+    assert {r.config["pos.momentum.gamma"] for r in d.records} == {0.0, 2.0}, "γ 1 is not read"
+    assert d.verdict.word == "says nothing" and "floor" in d.verdict.reason  # mod 7's floor: 1/7 exactly
+
+
+def test_a_pipe_in_any_cell_is_escaped(tmp_path):
+    scheme_pair(tmp_path)
+    declare(tmp_path, {**PAIRED, "claim": "spectral | rope"})
+    table = C.paper_block(C.decide_all(tmp_path), "Bifocal")  # the claim is this table's index column
+    row = [line for line in table.splitlines() if "spectral" in line][0]
+    assert "spectral \\| rope" in row and row.count(" | ") == table.splitlines()[0].count(" | ")
+
+
+def test_a_trend_with_no_reversal_is_partly_only_when_a_step_goes_the_other_way(tmp_path):
+    curve = {0.0: 0.3, 0.5: 0.9, 1.0: 0.7, 2.0: 0.95}
+    for s in range(3):
+        for g, acc in curve.items():
+            write_record(tmp_path, "t", "rope", s, acc + 0.01 * s * (g == 1.0), gamma=g)
+    trend = {"id": "up", "claim": "rises with γ", "form": "trend", "table": "t", "metric": "val/acc",
+             "axis": "pos.momentum.gamma", "values": [0, 0.5, 1.0, 2.0], "direction": 1, "seeds": [0, 1, 2],
+             "floor": "none"}
+    declare(tmp_path, {**trend, "no_reversal": True})
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.word == "partly" and "steps the other way: γ 1 − 0.5" in C.render(d)
+    declare(tmp_path, trend)
+    assert C.decide_all(tmp_path)[0].verdict.word == "reproduced"
+
+
+def commit(root, message, when):
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), "commit", "-qm", message], check=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin",
+                        "GIT_AUTHOR_DATE": f"{when} +0000", "GIT_COMMITTER_DATE": f"{when} +0000"})
+
+
+def test_preregistration_is_read_from_git_history(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    declare(tmp_path, PAIRED)
+    commit(tmp_path, "declare", 1_700_000_000)
+    scheme_pair(tmp_path)
+    commit(tmp_path, "records", 1_700_000_100)
+    [d] = C.decide_all(tmp_path)
+    assert d.prereg.startswith("pre-registered: declared in ")
+    declare(tmp_path, {**PAIRED, "why": "a sentence added later changes no test"})
+    commit(tmp_path, "prose", 1_700_000_200)
+    assert C.decide_all(tmp_path)[0].prereg.startswith("pre-registered")
+    declare(tmp_path, {**PAIRED, "margin": 0.1})
+    assert C.decide_all(tmp_path)[0].prereg.startswith("edited after the data: test changed in uncommitted")
+    commit(tmp_path, "edit", 1_700_000_300)
+    [d] = C.decide_all(tmp_path)
+    assert d.prereg.startswith("edited after the data") and "declared or edited after the data: 1" in C.tally([d])
+    declare(tmp_path, {**PAIRED, "id": "late"})
+    commit(tmp_path, "late", 1_700_000_400)
+    assert C.decide_all(tmp_path)[0].prereg.startswith("declared after the data")
+    shallow = tmp_path.parent / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{tmp_path}", str(shallow)], check=True)
+    [d] = C.decide_all(shallow)
+    assert d.prereg == "pre-registration unknown"
+    assert C.preregistration(shallow, []) == "pre-registration unknown: shallow git history (git fetch --unshallow)"

@@ -131,7 +131,7 @@ def cache_dir() -> Path:
 
 def _cache_key(task_cfg: dict, ood: bool) -> str:
     task = tasks.from_config(task_cfg, ood=ood)
-    source = inspect.getsource(type(task)) + inspect.getsource(guess_accuracy) + inspect.getsource(_context_hits)
+    source = Path(inspect.getsourcefile(type(task))).read_text() + Path(__file__).read_text()  # code changes: resample
     text = json.dumps([task_cfg, ood, SAMPLES, source], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
