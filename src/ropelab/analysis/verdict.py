@@ -294,7 +294,8 @@ def render(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None 
         family = {p.alpha for _, p in v.parts if p.low is not None}
         corrected = [a for a in family if a < ALPHA]
         if v.word not in ("incomplete", "not run"):
-            head += f": {counts(v)}"
+            agree = len({p.word for _, p in v.parts}) == 1
+            head += f" (all {len(v.parts)} parts)" if agree else f": {counts(v)}"
             if corrected:
                 m = round(ALPHA / corrected[0])
                 head += f"; Bonferroni over {m} parts, {100 * (1 - corrected[0]):.1f} % intervals"
