@@ -2,6 +2,7 @@
 one CPU kind, seeds disjoint from the calibration), bad declarations named in one line, README generated."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -49,7 +50,8 @@ def test_a_paired_claim_is_decided_with_its_conditions_from_the_records(tmp_path
     assert d.verdict.word == "reproduced" and d.verdict.n == 3
     assert d.verdict.diff == pytest.approx(0.4 - 0.01)
     assert C.render(d).startswith("reproduced: +39.0 pts [")
-    assert d.conditions() == "results/t; 2000 steps × batch 32; AMD EPYC; commit aaaaaaa; seeds 0–2 (3 of 3 planned)"
+    assert d.conditions() == ("results/t; 2000 steps × batch 32; AMD EPYC; commit aaaaaaa; seeds 0–2 (3 of 3 planned); "
+                              "floor 14.3 % (guess, exact); pre-registration unknown")
 
 
 def test_pairing_two_commits_or_two_cpu_kinds_is_refused_unless_declared_equivalent(tmp_path):
@@ -79,7 +81,8 @@ def test_seeds_that_chose_the_budget_are_flagged_and_missing_seeds_are_incomplet
     [d] = C.decide_all(tmp_path)
     assert d.verdict.word == "incomplete" and (d.verdict.n, d.verdict.planned) == (3, 5)
     assert C.render(d).startswith("incomplete (3 of 5), so far reproduced: ")
-    assert d.flags == ["⚠ seeds 1 also chose the budget (results/calibration/mod_arith)"]
+    assert d.flags == ["⚠ seeds 1 also chose the budget (results/calibration/mod_arith)",
+                       "⚠ no fresh-seed confirmation declared (confirm:)"]
     assert "seeds 0–2 (3 of 5 planned)" in d.conditions()
 
 
@@ -117,7 +120,8 @@ def test_a_composite_with_a_relative_drop_lists_its_parts(tmp_path):
     first = dict(d.verdict.parts)["rope − spectral"]
     expected = [(0.9 - (0.45 + 0.01 * s)) / 0.9 - (0.8 - (0.4 + 0.02 * s)) / 0.8 for s in range(3)]
     assert first.diff == pytest.approx(sum(expected) / 3)
-    assert d.verdict.word == "partly" and C.render(d).startswith("partly — rope − spectral: ")
+    assert d.verdict.word == "partly" and C.render(d).startswith(
+        "partly: 1 reproduced, 1 no difference detected; Bonferroni over 2 parts, 97.5 % intervals — rope − spectral: ")
     assert " %" in C.render(d), "a relative drop is written in %"
 
 
@@ -131,6 +135,9 @@ def test_a_composite_with_a_relative_drop_lists_its_parts(tmp_path):
     ({"rule": "t"}, "key 'rule' is not one of: "),
     ({"equivalent": {"commits": True}}, "equivalent commits needs the reason they may be pooled"),
     ({"equivalent": {"machines": "same"}}, "equivalent key 'machines' is not one of: commits, cpus"),
+    ({"floor": "chance"}, "floor 'chance' is not one of: a number, guess, shortcut:<name>, none"),
+    ({"label": "ours"}, "label 'ours' is not one of: paper, extension"),
+    ({"confirm": "nope"}, "confirm 'nope' is not one of: spectral_wins"),
 ])
 def test_a_bad_key_is_one_line_naming_it_and_the_valid_choices(tmp_path, capsys, change, named):
     scheme_pair(tmp_path)
@@ -149,7 +156,8 @@ def test_a_table_planned_by_a_preset_may_be_declared_before_its_runs(tmp_path):
     declare(tmp_path, {**PAIRED, "table": "bifocal_confirm", "seeds": [100, 101]})
     [d] = C.decide_all(tmp_path)
     assert d.verdict.word == "not run" and C.render(d) == "not run (0 of 2)"
-    assert d.conditions() == "results/bifocal_confirm: no record of these cells yet; seeds 100–101 planned"
+    assert d.conditions() == ("results/bifocal_confirm: no record of these cells yet; seeds 100–101 planned; "
+                              "pre-registration unknown")
 
 
 def test_readme_blocks_are_rewritten_between_their_markers_only(tmp_path):
@@ -202,7 +210,7 @@ def test_resonance_shares_are_paired_by_seed_between_moments_of_one_cell(tmp_pat
     assert d.verdict.n == 3 and d.verdict.diff == pytest.approx((0.10 + 0.12 + 0.16) / 3 - 0.15)
     assert C.render(d).startswith("no difference detected: −0.023 [")
     assert d.conditions() == ("results/resonance; 2000 steps × batch 32; AMD EPYC; commit aaaaaaa; seeds 0–2 (3 of 3 "
-                              "planned)")  # the machine and commit of the runs the table read
+                              "planned); no floor (resonance/share is not an accuracy); pre-registration unknown")
 
 
 def test_depth_manifold_rows_are_selected_by_scheme_layer_and_split(tmp_path):
@@ -243,7 +251,8 @@ def test_an_analysis_table_may_be_declared_before_its_output_exists(tmp_path):
                        "metric": "escape/low_share_weights", "direction": 1, "seeds": [100, 101]}, paper="Momentum")
     [d] = C.decide_all(tmp_path)
     assert C.render(d) == "not run (0 of 2)"
-    assert d.conditions() == "results/escape_routes: no record of these cells yet; seeds 100–101 planned"
+    assert d.conditions() == ("results/escape_routes: no record of these cells yet; seeds 100–101 planned; "
+                              "no floor (escape/low_share_weights is not an accuracy); pre-registration unknown")
 
 
 def test_a_bad_key_in_an_analysis_declaration_is_one_line(tmp_path):
@@ -255,3 +264,110 @@ def test_a_bad_key_in_an_analysis_declaration_is_one_line(tmp_path):
                        "direction": 1, "seeds": [0]})
     with pytest.raises(ConfigError, match="^test.yaml: claim res: a key 'momnet' is not one of: cell, moment, seed$"):
         C.decide_all(tmp_path)
+
+
+COMPOSITE = {"id": "both", "claim": "spectral and bifocal beat rope", "form": "composite", "table": "t",
+             "where": {"task.name": "mod_arith"}, "metric": "val/acc", "direction": 1, "seeds": [0, 1, 2],
+             "parts": [{"name": "spectral − rope", "form": "paired", "a": {"pos.name": "spectral"},
+                        "b": {"pos.name": "rope"}},
+                       {"name": "bifocal − rope", "form": "paired", "a": {"pos.name": "bifocal"},
+                        "b": {"pos.name": "rope"}}]}
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"combine": "most"}, "combine 'most' is not one of: all, any, primary"),
+    ({"combine": "primary", "primary": "mod 7"}, "primary 'mod 7' is not one of: spectral − rope, bifocal − rope"),
+    ({"multiplicity": "holm"}, "multiplicity 'holm' is not one of: bonferroni, none"),
+    ({"multiplicity": "none"}, "multiplicity none needs multiplicity_why"),
+])
+def test_a_bad_combine_rule_is_one_line_naming_the_valid_choices(tmp_path, change, named):
+    scheme_pair(tmp_path)
+    declare(tmp_path, {**COMPOSITE, **change})
+    with pytest.raises(ConfigError, match="^test.yaml: claim both: ") as err:
+        C.decide_all(tmp_path)
+    assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_composite_parts_are_bonferroni_corrected_unless_declared_otherwise(tmp_path):
+    scheme_pair(tmp_path)
+    for s in range(3):
+        write_record(tmp_path, "t", "bifocal", s, 0.5 + 0.02 * s)
+    declare(tmp_path, COMPOSITE)
+    [d] = C.decide_all(tmp_path)
+    assert all(v.alpha == pytest.approx(0.025) for _, v in d.verdict.parts)
+    assert "Bonferroni over 2 parts, 97.5 % intervals" in C.render(d)
+    assert C.render(d).startswith("partly: 1 reproduced, 1 no difference detected; Bonferroni")
+    declare(tmp_path, {**COMPOSITE, "multiplicity": "none", "multiplicity_why": "two separate papers' claims"})
+    [d] = C.decide_all(tmp_path)
+    assert all(v.alpha == 0.05 for _, v in d.verdict.parts) and "Bonferroni" not in C.render(d)
+
+
+def test_a_drop_reads_only_its_two_settings_and_says_nothing_when_both_never_learned(tmp_path):
+    for s in range(3):
+        for scheme, start in (("rope", 0.16), ("spectral", 0.15)):
+            for g, acc in ((0.0, start), (1.0, 0.9), (2.0, start - 0.01 * (s + 1))):
+                write_record(tmp_path, "t", scheme, s, acc, gamma=g)
+    declare(tmp_path, {"id": "d", "claim": "rope drops less", "form": "paired", "table": "t",
+                       "a": {"pos.name": "rope"}, "b": {"pos.name": "spectral"}, "metric": "val/acc",
+                       "drop": {"axis": "pos.momentum.gamma", "from": 0, "to": 2}, "direction": -1,
+                       "seeds": [0, 1, 2]})
+    [d] = C.decide_all(tmp_path)
+    assert {r.config["pos.momentum.gamma"] for r in d.records} == {0.0, 2.0}, "γ 1 is not read"
+    assert d.verdict.word == "says nothing" and "floor" in d.verdict.reason  # mod 7's floor: 1/7 exactly
+
+
+def test_a_pipe_in_any_cell_is_escaped(tmp_path):
+    scheme_pair(tmp_path)
+    declare(tmp_path, {**PAIRED, "claim": "spectral | rope"})
+    table = C.paper_block(C.decide_all(tmp_path), "Bifocal")  # the claim is this table's index column
+    row = [line for line in table.splitlines() if "spectral" in line][0]
+    assert "spectral \\| rope" in row and row.count(" | ") == table.splitlines()[0].count(" | ")
+
+
+def test_a_trend_with_no_reversal_is_partly_only_when_a_step_goes_the_other_way(tmp_path):
+    curve = {0.0: 0.3, 0.5: 0.9, 1.0: 0.7, 2.0: 0.95}
+    for s in range(3):
+        for g, acc in curve.items():
+            write_record(tmp_path, "t", "rope", s, acc + 0.01 * s * (g == 1.0), gamma=g)
+    trend = {"id": "up", "claim": "rises with γ", "form": "trend", "table": "t", "metric": "val/acc",
+             "axis": "pos.momentum.gamma", "values": [0, 0.5, 1.0, 2.0], "direction": 1, "seeds": [0, 1, 2],
+             "floor": "none"}
+    declare(tmp_path, {**trend, "no_reversal": True})
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.word == "partly" and "steps the other way: γ 1 − 0.5" in C.render(d)
+    declare(tmp_path, trend)
+    assert C.decide_all(tmp_path)[0].verdict.word == "reproduced"
+
+
+def commit(root, message, when):
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), "commit", "-qm", message], check=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin",
+                        "GIT_AUTHOR_DATE": f"{when} +0000", "GIT_COMMITTER_DATE": f"{when} +0000"})
+
+
+def test_preregistration_is_read_from_git_history(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    declare(tmp_path, PAIRED)
+    commit(tmp_path, "declare", 1_700_000_000)
+    scheme_pair(tmp_path)
+    commit(tmp_path, "records", 1_700_000_100)
+    [d] = C.decide_all(tmp_path)
+    assert d.prereg.startswith("pre-registered: declared in ")
+    declare(tmp_path, {**PAIRED, "why": "a sentence added later changes no test"})
+    commit(tmp_path, "prose", 1_700_000_200)
+    assert C.decide_all(tmp_path)[0].prereg.startswith("pre-registered")
+    declare(tmp_path, {**PAIRED, "margin": 0.1})
+    assert C.decide_all(tmp_path)[0].prereg.startswith("edited after the data: test changed in uncommitted")
+    commit(tmp_path, "edit", 1_700_000_300)
+    [d] = C.decide_all(tmp_path)
+    assert d.prereg.startswith("edited after the data") and "declared or edited after the data: 1" in C.tally([d])
+    declare(tmp_path, {**PAIRED, "id": "late"})
+    commit(tmp_path, "late", 1_700_000_400)
+    assert C.decide_all(tmp_path)[0].prereg.startswith("declared after the data")
+    shallow = tmp_path.parent / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{tmp_path}", str(shallow)], check=True)
+    [d] = C.decide_all(shallow)
+    assert d.prereg == "pre-registration unknown"
+    assert C.preregistration(shallow, []) == "pre-registration unknown: shallow git history (git fetch --unshallow)"

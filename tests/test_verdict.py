@@ -81,7 +81,9 @@ def test_split_seeds_report_the_solve_rate_with_fishers_exact_test():
     assert v.solve_p == pytest.approx(fisher_exact([[3, 2], [5, 0]]).pvalue)
     assert "learned 3/5 vs 5/5 (Fisher p = 0.44)" in V.render(v, " pts", scale=100)
     all_learned = V.paired(rope, seeds(0.95, 0.96, 0.97, 0.92, 0.99), direction=+1, learned=0.9)
-    assert all_learned.solve is None and all_learned.solve_p is None, "no split: the mean says it all"
+    assert all_learned.solve == (5, 5, 5, 5) and all_learned.solve_p is None, "no split: counts, no test"
+    neither = V.paired(seeds(0.48, 0.50, 0.49), seeds(0.45, 0.47, 0.46), direction=+1, learned=0.9)
+    assert "learned 0/3 vs 0/3" in V.render(neither, " pts", scale=100) and "Fisher" not in V.render(neither)
 
 
 def test_a_level_is_decided_by_the_same_rule():
@@ -97,7 +99,8 @@ def test_a_composite_is_partly_when_its_parts_disagree_and_lists_each():
     mixed = V.composite([("mod 7", yes), ("Dyck-3", null)])
     assert mixed.word == "partly" and [name for name, _ in mixed.parts] == ["mod 7", "Dyck-3"]
     text = V.render(mixed)
-    assert text.startswith("partly — mod 7: reproduced: +") and "; Dyck-3: no difference detected: " in text
+    assert text.startswith("partly: 1 reproduced, 1 no difference detected — mod 7: reproduced: +")
+    assert "; Dyck-3: no difference detected: " in text
     assert V.composite([("a", yes), ("b", yes)]).word == "reproduced"
     pending = V.composite([("a", yes), ("b", V.paired({}, {}, direction=+1, planned=3))])
     assert pending.word == "incomplete" and pending.reason == "short: b" and (pending.n, pending.planned) == (3, 6)
@@ -135,3 +138,36 @@ def test_bad_words_and_directions_are_refused_by_name():
         V.Verdict("confirmed", None, None, None, 0, 0, None, None, None)
     with pytest.raises(ValueError, match=r"valid directions are \+1"):
         V.paired({0: 1.0}, {0: 0.0}, direction=2)
+
+
+def test_partly_needs_a_reproduced_part_and_otherwise_the_row_reads_its_parts():
+    against = V.paired(seeds(0.0, 0.5, 0.2), seeds(2.0, 3.0, 2.5), direction=+1)
+    null = V.paired(seeds(1.0, 3.0, 2.0), seeds(2.0, 1.0, 2.5), direction=+1)
+    mixed = V.composite([("a", against), ("b", against), ("c", null)])
+    assert mixed.word == "not reproduced"
+    assert V.render(mixed).startswith("not reproduced: 2 opposite, 1 no difference detected — a: opposite")
+
+
+def test_combine_any_and_primary():
+    yes = V.paired(seeds(2.0, 3.0, 2.5), seeds(0.0, 0.5, 0.2), direction=+1)
+    null = V.paired(seeds(1.0, 3.0, 2.0), seeds(2.0, 1.0, 2.5), direction=+1)
+    assert V.composite([("a", yes), ("b", null)], "any").word == "reproduced"
+    assert V.composite([("a", null), ("b", null)], "any").word == "no difference detected"
+    assert V.composite([("a", yes), ("b", null)], "primary", "b").word == "no difference detected"
+    assert V.composite([("a", null), ("b", yes)], "primary", "b").word == "reproduced"
+    with pytest.raises(ValueError, match="valid rules are all, any, primary"):
+        V.composite([("a", yes)], "most")
+
+
+def test_bonferroni_widens_each_parts_interval_to_one_minus_alpha_over_m():
+    # differences 1, 2, 3: mean 2, SD 1, n 3; for m = 3 parts the interval is the 98.33 % t interval
+    v = V.paired(seeds(1.0, 2.0, 3.0), seeds(0.0, 0.0, 0.0), direction=+1, alpha=0.05 / 3)
+    half = student_t.ppf(1 - 0.05 / 6, 2) / math.sqrt(3)
+    assert half == pytest.approx(7.6488 / math.sqrt(3), rel=1e-4)   # t(0.99167, 2) = 7.649, against 4.303 at 95 %
+    assert (v.low, v.high) == (pytest.approx(2 - half), pytest.approx(2 + half))
+    assert v.word == "no difference detected" and v.low < 0
+    plain = V.paired(seeds(1.0, 2.0, 3.0), seeds(0.0, 0.0, 0.0), direction=+1)
+    assert plain.high - plain.diff == pytest.approx(student_t.ppf(0.975, 2) / math.sqrt(3))
+    assert v.mde == pytest.approx(V.mde(3, 1.0, 0.05 / 3)) and v.mde > plain.mde
+    text = V.render(V.composite([("a", v), ("b", v), ("c", v)]))
+    assert "Bonferroni over 3 parts, 98.3 % intervals" in text

@@ -9,8 +9,28 @@ before the runs and the level that counts as learned. Forms:
 * ``level``     — A against a fixed ``threshold`` (a level, the guess floor, a shortcut's accuracy);
 * ``trend``     — per seed, the least-squares slope of the metric over ``axis`` (per step of its ``values``, in
   their order), against 0;
-* ``composite`` — several named ``parts`` (each any form, inheriting the claim's keys): "partly" when they
-  disagree.
+* ``composite`` — several named ``parts`` (each any form, inheriting the claim's keys), combined by ``combine``
+  (``all``, the default; ``any``; ``primary`` with ``primary: <part name>``; ``verdict.composite``), corrected for
+  multiplicity across its parts by ``multiplicity`` (``bonferroni``, the default: each part's interval at
+  1 − α/m; ``none`` only with ``multiplicity_why``, the sentence why the parts are not one family).
+
+A trend tests its declared slope; ``no_reversal: true`` adds "no step the other way": the claim is "partly" when
+the slope is reproduced but a neighbouring step excludes 0 on the wrong side (the steps at uncorrected α, the
+strict side for the claim).
+
+Floors: every accuracy is read against its task's floor (``floor``, default ``guess``: the better of the guess
+rules and the task's named shortcuts, so indirect indexing reads against copying the source letter;
+``ropelab.analysis.guess.floor``, exact where the task allows), printed in every row; a number, ``shortcut:<name>``
+or ``none`` may be declared instead. A relative drop reads its cells' accuracies at the ``from`` setting against
+the floor, and any metric that is not an accuracy may name ``floor_metric`` (``val/acc``: the runs behind an
+analysis must have learned for it to say anything). Where ``learned`` is declared, every row prints its solve
+counts, 0/3 against 0/3 included.
+
+Pre-registration (``preregistration``): from git history, each row says whether its declaration (the commit that
+first introduced its id under conf/claims/, and the last that changed its test, prose keys aside) preceded the
+earliest commit adding a record it reads; a shallow clone reads "unknown". A row whose seeds also chose its budget
+names its fresh-seed confirmation (``confirm: <claim id>``). ``label: extension`` marks a row the papers do not
+state (the project's own extension), ``cite`` where a paper does, ``why`` the one line the declaration is so.
 
 ``direction``: +1 the paper expects A > B, −1 A < B, 0 no difference ("barely changes"). ``drop`` ({axis, from,
 to}) turns each cell into its seeds' relative drop between two settings of an axis. Besides run records
@@ -32,7 +52,8 @@ import functools
 import json
 import math
 import os
-from dataclasses import dataclass, field
+import subprocess
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -44,7 +65,7 @@ import yaml
 import tasks
 
 from ropelab.analysis import verdict as V
-from ropelab.analysis.guess import guess_accuracy
+from ropelab.analysis.guess import floor as task_floor
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import onset_step, sawtooth, train_loss
 from ropelab.core.config import flatten
@@ -58,9 +79,13 @@ METRICS = ("val/acc", "val/exact", "val/loss", "test/acc", "test/exact", "test/l
 ACCURACIES = {"val/acc", "val/exact", "test/acc", "test/exact", "ood/acc", "ood/exact"}
 CLAIM_KEYS = {"id", "claim", "says", "form", "table", "where", "a", "b", "metric", "direction", "seeds", "learned",
               "floor", "ceiling", "margin", "threshold", "axis", "values", "parts", "name", "equivalent",
-              "calibration", "note", "row", "drop", "decimals"}
+              "calibration", "note", "row", "drop", "decimals", "combine", "primary", "multiplicity",
+              "multiplicity_why", "no_reversal", "floor_metric", "why", "label", "cite", "confirm"}
+PROSE_KEYS = {"claim", "says", "note", "row", "decimals", "why", "label", "cite", "confirm"}  # not the test
+MULTIPLICITY = ("bonferroni", "none")
+LABELS = ("paper", "extension")
+FLOORS = ("a number", "guess", "shortcut:<name>", "none")
 DROP_KEYS = {"axis", "from", "to"}
-GUESS_EXAMPLES = 4000  # enough for the floor to ±1 point; the command stays well under a minute
 EQUIVALENT_KEYS = {"commits", "cpus"}
 
 
@@ -195,6 +220,7 @@ def evaluation_records(csv: Path, table: str, results: Path) -> list[Record]:
 def _analysis_record(results: Path, table: str, run: str, label: str, config: dict, final: dict) -> Record:
     """One row of an analysis table as a record: its own config keys over its run's, its run's machine and commit."""
     folder, summary, run_config = _run_record(results, run)
+    final = {**(summary.get("final") or {}), **final}  # the run's own metrics stay readable (``floor_metric``)
     return Record(table, f"{Path(run).name} {label}".strip(), {**run_config, **config}, {**summary, "final": final},
                   folder)
 
@@ -265,7 +291,8 @@ class Claim:
     def get(self, key: str, default: Any = None) -> Any:
         if key in self.spec:
             return self.spec[key]
-        if self.parent is not None and key not in ("form", "parts", "name", "a", "b", "threshold"):
+        if self.parent is not None and key not in ("form", "parts", "name", "a", "b", "threshold", "combine",
+                                                   "primary", "multiplicity", "multiplicity_why", "confirm"):
             return self.parent.get(key, default)
         return default
 
@@ -314,9 +341,30 @@ def validate(claim: Claim, tables: dict[str, list[Record]]) -> None:
     form = claim.spec.get("form")
     if form not in FORMS:
         raise _bad(where, "form", form, FORMS)
+    label = claim.get("label", "paper")
+    if label not in LABELS:
+        raise _bad(where, "label", label, LABELS)
+    floor = claim.get("floor")
+    if not (floor is None or isinstance(floor, (int, float)) and not isinstance(floor, bool)
+            or floor in ("guess", "none") or isinstance(floor, str) and floor.startswith("shortcut:")):
+        raise _bad(where, "floor", floor, FLOORS)
+    if claim.get("floor_metric") is not None and claim.get("floor_metric") not in ACCURACIES:
+        raise _bad(where, "floor_metric", claim.get("floor_metric"), sorted(ACCURACIES))
     if form == "composite":
         if not claim.parts:
             raise ConfigError(f"{where}: a composite needs parts (a list of claims)")
+        combine = claim.spec.get("combine", "all")
+        if combine not in V.COMBINE:
+            raise _bad(where, "combine", combine, V.COMBINE)
+        names = [p.spec.get("name") for p in claim.parts]
+        if combine == "primary" and claim.spec.get("primary") not in names:
+            raise _bad(where, "primary", claim.spec.get("primary"), names)
+        method = claim.spec.get("multiplicity", "bonferroni")
+        if method not in MULTIPLICITY:
+            raise _bad(where, "multiplicity", method, MULTIPLICITY)
+        if method == "none" and not str(claim.spec.get("multiplicity_why") or "").strip():
+            raise ConfigError(f"{where}: multiplicity none needs multiplicity_why, the sentence why the parts are "
+                              f"not one family")
         for part in claim.parts:
             validate(part, tables)
         return
@@ -366,6 +414,10 @@ def load_claims(folder: Path, tables: dict[str, list[Record]]) -> list[Claim]:
             claim = Claim(doc.get("paper", path.stem), spec, f"{path.name}: claim {spec.get('id', i)}")
             validate(claim, tables)
             claims.append(claim)
+    ids = [c.id for c in claims]
+    for claim in claims:
+        if claim.spec.get("confirm") is not None and claim.spec["confirm"] not in ids:
+            raise _bad(claim.source, "confirm", claim.spec["confirm"], ids)
     return claims
 
 
@@ -377,20 +429,31 @@ class Decided:
     verdict: V.Verdict
     records: list[Record] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    floors: list[str] = field(default_factory=list)   # each distinct floor its leaves read against, as printed
+    planned: set[int] = field(default_factory=set)    # the seeds its parts planned, together
+    prereg: str = ""                                  # ``preregistration``'s label
 
     def conditions(self) -> str:
         recs = self.records
-        planned = self.claim.get("seeds") or self.claim.parts[0].get("seeds")
+        planned = self.planned
         if not recs:
             table = self.claim.get("table") or self.claim.parts[0].get("table")
-            return f"results/{table}: no record of these cells yet; seeds {_spans(sorted(planned))} planned"
-        parts = [", ".join(sorted({f"results/{r.table}" for r in recs})),
-                 " / ".join(sorted({r.budget for r in recs})),
-                 " / ".join(sorted({r.cpu for r in recs})),
-                 "commit " + ", ".join(sorted({r.commit for r in recs}))]
-        run = sorted({r.seed for r in recs})
-        parts.append(f"seeds {_spans(run)} ({len(run)} of {len(planned)} planned)")
-        return "; ".join(parts + self.flags)
+            parts = [f"results/{table}: no record of these cells yet; seeds {_spans(sorted(planned))} planned"]
+        else:
+            parts = [", ".join(sorted({f"results/{r.table}" for r in recs})),
+                     " / ".join(sorted({r.budget for r in recs})),
+                     " / ".join(sorted({r.cpu for r in recs})),
+                     "commit " + ", ".join(sorted({r.commit for r in recs}))]
+            run = sorted({r.seed for r in recs} & planned)
+            parts.append(f"seeds {_spans(run)} ({len(run)} of {len(planned)} planned)")
+        parts.append("; ".join(self.floors))
+        if self.prereg:
+            parts.append(self.prereg)
+        if self.claim.get("label", "paper") == "extension":
+            parts.append("the project's own extension (not stated in the papers)")
+        if self.claim.spec.get("confirm"):
+            parts.append(f"fresh-seed confirmation: {self.claim.spec['confirm']}")
+        return "; ".join(p for p in parts + self.flags if p)
 
 
 def _spans(seeds: list[int]) -> str:
@@ -416,24 +479,38 @@ def _by_seed(records: list[Record], metric: str, drop: dict | None = None) -> di
 
 
 @functools.lru_cache(maxsize=None)
-def _task_levels(rec_path: Path) -> dict[str, float]:
-    """The guess floor (``ropelab.analysis.guess``) and the named shortcuts (``Task.shortcuts``) of a record's task."""
+def _levels_of(task_json: str, ood: bool) -> dict[str, tuple[float, str]]:
+    """level name → (accuracy, how it is known): ``guess`` the better of the guess floor and the task's shortcuts
+    (``Task.shortcuts``, in closed form), ``shortcut:<name>`` each shortcut."""
+    task_cfg = json.loads(task_json)
+    guess = task_floor(task_cfg, ood)
+    levels = {f"shortcut:{k}": (float(v), f"shortcut {k}, exact")
+              for k, v in tasks.from_config(task_cfg, ood=ood).shortcuts().items()}
+    return {"guess": max([(guess.value, f"guess, {guess.how}"), *levels.values()]), **levels}
+
+
+def _task_levels(rec_path: Path, ood: bool = False) -> dict[str, tuple[float, str]]:
     task_cfg = yaml.safe_load((rec_path / "config.yaml").read_text())["task"]
-    task = tasks.from_config(task_cfg)
-    return {"guess": guess_accuracy(task, GUESS_EXAMPLES), **{f"shortcut:{k}": v for k, v in task.shortcuts().items()}}
+    return _levels_of(json.dumps(task_cfg, sort_keys=True, default=str), ood)
 
 
-def level_value(spec: Any, records: list[Record], where: str) -> float | None:
-    """A floor or threshold: a number, ``guess`` (the task's guess accuracy) or ``shortcut:<name>`` (a shortcut's
-    accuracy), read for the task of the compared records."""
-    if spec is None or isinstance(spec, (int, float)):
-        return spec
+def level_value(spec: Any, records: list[Record], where: str, metric: str = "") -> float | None:
+    """A floor or threshold: a number, ``guess`` (the task's floor) or ``shortcut:<name>`` (a shortcut's accuracy),
+    read for the task of the compared records (its OOD split for an ``ood/`` metric)."""
+    return _level(spec, records, where, metric)[0]
+
+
+def _level(spec: Any, records: list[Record], where: str, metric: str = "") -> tuple[float | None, str]:
+    if spec is None or spec == "none":
+        return None, ""
+    if isinstance(spec, (int, float)):
+        return float(spec), "declared"
     if not records:
-        return None
-    levels = _task_levels(records[0].path)
+        return None, ""
+    levels = _task_levels(records[0].path, metric.startswith("ood/"))
     if spec not in levels:
         raise _bad(where, "level", spec, ["a number", *levels])
-    return float(levels[spec])
+    return levels[spec]
 
 
 def _protocol(claim: Claim, used: list[Record]) -> str | None:
@@ -455,47 +532,112 @@ def _calibration_flags(claim: Claim, used: list[Record], tables: dict[str, list[
         overlap = sorted(seeds & {r.seed for r in select(tables[cal["table"]], cal.get("where") or {})})
         if overlap:
             flags.append(f"⚠ seeds {', '.join(map(str, overlap))} also chose the budget (results/{cal['table']})")
+            if not claim.get("confirm"):
+                flags.append("⚠ no fresh-seed confirmation declared (confirm:)")
     return flags
 
 
-def decide(claim: Claim, tables: dict[str, list[Record]]) -> Decided:
+def _mean(values: dict[int, float]) -> float:
+    finite = [v for v in values.values() if math.isfinite(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def _unique(items) -> list:
+    return list(dict.fromkeys(items))
+
+
+def decide(claim: Claim, tables: dict[str, list[Record]], alpha: float = V.ALPHA) -> Decided:
+    """The claim's verdict; ``alpha``: its intervals' error rate (a composite's parts share α, ``multiplicity``)."""
     form = claim.spec["form"]
     if form == "composite":
-        decided = [decide(part, tables) for part in claim.parts]
-        verdict = V.composite((part.spec.get("name", part.id), d.verdict) for part, d in zip(claim.parts, decided))
-        records = [r for d in decided for r in d.records]
-        flags = sorted({f for d in decided for f in d.flags})
-        return Decided(claim, verdict, records, flags)
+        combine = claim.spec.get("combine", "all")
+        family = 1 if combine == "primary" or claim.spec.get("multiplicity") == "none" else len(claim.parts)
+        decided = [decide(part, tables, alpha / family) for part in claim.parts]
+        verdict = V.composite(((part.spec.get("name", part.id), d.verdict) for part, d in zip(claim.parts, decided)),
+                              combine, claim.spec.get("primary"))
+        records = list({id(r): r for d in decided for r in d.records}.values())
+        flags = _unique(f for d in decided for f in d.flags)
+        floors = _unique(f for d in decided for f in d.floors)
+        return Decided(claim, verdict, records, flags, floors, set().union(*(d.planned for d in decided)))
     metric, direction, planned = claim.get("metric"), claim.get("direction"), claim.get("seeds")
     pool = [r for r in select(tables.get(claim.get("table")) or [], claim.get("where") or {}) if r.seed in planned]
-    kwargs = dict(direction=direction, planned=len(planned), floor=level_value(claim.get("floor"), pool, claim.source),
-                  ceiling=claim.get("ceiling"),
-                  margin=float(claim.get("margin") or 0.0), learned=claim.get("learned"))
+    floor_metric = claim.get("floor_metric") or (metric if metric in ACCURACIES else None)
+    floor, how = _level(claim.get("floor", "guess" if floor_metric else None), pool, claim.source,
+                        floor_metric or "")
+    if floor_metric is None:
+        floor_text = f"no floor ({metric} is not an accuracy)"
+    elif floor is None:
+        floor_text = "floor: none declared" if claim.get("floor") == "none" else ""
+    else:
+        floor_text = f"floor {100 * floor:.1f} % ({how}" + (f", on {floor_metric})" if floor_metric != metric else ")")
+    margin = claim.get("margin")
+    margin = float(margin) if margin is not None else (0.05 if floor_metric else 0.0)
+    drop = claim.get("drop")
+    kwargs = dict(direction=direction, planned=len(planned), floor=floor, ceiling=claim.get("ceiling"),
+                  margin=margin, learned=None if drop else claim.get("learned"), alpha=alpha)
+
+    def side(records: list[Record]) -> float:
+        """The mean that says whether a side learned: its floor metric, at the drop's starting setting."""
+        if drop:
+            records = select(records, {drop["axis"]: drop["from"]})
+        return _mean(_by_seed(records, floor_metric)) if floor_metric else math.nan
+
+    if drop:
+        pool = [r for r in pool if any(_same(r.config.get(drop["axis"]), v) for v in (drop["from"], drop["to"]))]
     if form == "paired":
         a, b = select(pool, claim.spec["a"]), select(pool, claim.spec["b"])
         used = a + b
         refusal = _protocol(claim, used)
-        drop = claim.get("drop")
+        if drop or floor_metric != metric:
+            kwargs["sides"] = (side(a), side(b))
         verdict = V.refused(refusal, len(planned)) if refusal else \
             V.paired(_by_seed(a, metric, drop), _by_seed(b, metric, drop), **kwargs)
     elif form == "level":
         a = select(pool, claim.spec.get("a") or {})
         used = a
         refusal = _protocol(claim, used)
-        verdict = V.refused(refusal, len(planned)) if refusal else \
-            V.level(_by_seed(a, metric), level_value(claim.spec["threshold"], a or pool, claim.source), **kwargs)
+        threshold = level_value(claim.spec["threshold"], a or pool, claim.source, metric)
+        if drop or floor_metric != metric:
+            kwargs["sides"] = (side(a), threshold if floor_metric == metric else side(a))
+        verdict = V.refused(refusal, len(planned)) if refusal else V.level(_by_seed(a, metric, drop), threshold, **kwargs)
     else:  # trend
-        axis, values = claim.get("axis"), claim.get("values")
-        cells = [_by_seed(select(pool, {axis: v}), metric) for v in values]
-        used = [r for v in values for r in select(pool, {axis: v})]
-        seeds = [s for s in planned if all(s in c and math.isfinite(c[s]) for c in cells)]
-        steps = np.arange(len(values), dtype=float)
-        slopes = {s: float(np.polyfit(steps, [c[s] for c in cells], 1)[0]) for s in seeds}
-        refusal = _protocol(claim, used)
-        kwargs.update(floor=None, ceiling=None)
-        verdict = V.refused(refusal, len(planned)) if refusal else (
-            V.level(slopes, 0.0, **kwargs) if slopes else V.paired({}, {}, **kwargs))
-    return Decided(claim, verdict, used, _calibration_flags(claim, used, tables))
+        verdict, used = _trend(claim, pool, planned, kwargs)
+    return Decided(claim, verdict, used, _calibration_flags(claim, used, tables), [floor_text] if floor_text else [],
+                   set(planned))
+
+
+def _trend(claim: Claim, pool: list[Record], planned: list[int], kwargs: dict) -> tuple[V.Verdict, list[Record]]:
+    """Per seed, the least-squares slope over the axis's steps against 0; the cells all at the floor (or all at the
+    ceiling) say nothing; with ``no_reversal``, each neighbouring step is also read (uncorrected α, the strict side
+    for the claim), and a step excluding 0 on the wrong side makes a reproduced slope "partly"."""
+    metric, axis, values = claim.get("metric"), claim.get("axis"), claim.get("values")
+    cells = [_by_seed(select(pool, {axis: v}), metric) for v in values]
+    used = [r for v in values for r in select(pool, {axis: v})]
+    seeds = [s for s in planned if all(s in c and math.isfinite(c[s]) for c in cells)]
+    steps = np.arange(len(values), dtype=float)
+    slopes = {s: float(np.polyfit(steps, [c[s] for c in cells], 1)[0]) for s in seeds}
+    refusal = _protocol(claim, used)
+    if refusal:
+        return V.refused(refusal, len(planned)), used
+    means = [_mean({s: c[s] for s in seeds}) for c in cells] if seeds else [math.nan]
+    floor, ceiling, margin = kwargs["floor"], kwargs["ceiling"], kwargs["margin"]
+    sides = math.nan
+    if floor is not None and all(m <= floor + margin for m in means):
+        sides = max(means)
+    elif ceiling is not None and all(m >= ceiling - margin for m in means):
+        sides = min(means)
+    kwargs = {**kwargs, "learned": None, "sides": (sides, sides)}
+    verdict = V.level(slopes, 0.0, **kwargs) if slopes else V.paired({}, {}, **kwargs)
+    if not claim.get("no_reversal") or not slopes:
+        return verdict, used
+    short = axis.rsplit(".", 1)[-1].replace("gamma", "γ")
+    step_kwargs = {**kwargs, "alpha": V.ALPHA, "sides": None, "planned": None}
+    against = [f"{short} {hi:g} − {lo:g}" for (lo, c0), (hi, c1) in zip(zip(values, cells), zip(values[1:], cells[1:]))
+               if V.paired({s: c1[s] for s in seeds}, {s: c0[s] for s in seeds}, **step_kwargs).word == "opposite"]
+    if not against:
+        return replace(verdict, note=f"no step the other way ({len(values) - 1} steps)"), used
+    word = "partly" if verdict.word == "reproduced" else verdict.word
+    return replace(verdict, word=word, note=f"steps the other way: {', '.join(against)}"), used
 
 
 def scale_of(claim: Claim) -> tuple[float, str]:
@@ -514,12 +656,138 @@ def render(decided: Decided) -> str:
 
 
 def decide_all(root: Path) -> list[Decided]:
-    """Every declared claim decided, papers in README's order."""
+    """Every declared claim decided, papers in README's order, each labelled by ``preregistration``."""
     tables = read_records(root / "results")
     claims = load_claims(root / "conf" / "claims", tables)
     order = list(PAPERS)
     claims.sort(key=lambda c: order.index(c.paper) if c.paper in order else len(order))
-    return [decide(c, tables) for c in claims]
+    decided = [decide(c, tables) for c in claims]
+    preregistration(root, decided)
+    return decided
+
+
+# ----------------------------------------------------------------------------------------------- pre-registration
+
+AFTER = ("declared after the data", "edited after the data")
+
+
+def _git(root: Path, *args: str, stdin: str | None = None) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], input=stdin, capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _test_of(spec: dict) -> str:
+    """A declaration without its prose: what its test is, to tell an edit of the test from an edit of the words."""
+    def strip(d):
+        return {k: ([strip(p) for p in v] if k == "parts" else v) for k, v in d.items() if k not in PROSE_KEYS}
+    return json.dumps(strip(spec), sort_keys=True, default=str)
+
+
+def _commits(root: Path, *pathspec: str, added_only: bool = False) -> list[tuple[str, int, list[str]]]:
+    """(commit, committer time, files) oldest first, for the commits touching ``pathspec``."""
+    out = _git(root, "log", "--reverse", "--format=%x00%H %ct", "--name-only", "--no-renames",
+               *(["--diff-filter=A"] if added_only else []), "--", *pathspec) or ""
+    found = []
+    for chunk in out.split("\x00")[1:]:
+        head, *files = chunk.strip().split("\n")
+        commit, when = head.split()
+        found.append((commit, int(when), [f for f in files if f]))
+    return found
+
+
+def _declaration_history(root: Path) -> tuple[dict, dict, dict]:
+    """claim id → (time, commit) it first appeared under conf/claims/; → the last commit that changed its test;
+    → its test as last committed."""
+    commits = _commits(root, "conf/claims")
+    wanted = [(c, when, f) for c, when, files in commits for f in files if f.endswith(".yaml")]
+    try:
+        blobs = subprocess.run(["git", "-C", str(root), "cat-file", "--batch"], capture_output=True, timeout=120,
+                               input="".join(f"{c}:{f}\n" for c, _, f in wanted).encode()).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        blobs = b""
+    first: dict[str, tuple[int, str]] = {}
+    changed: dict[str, tuple[int, str]] = {}
+    test: dict[str, str] = {}
+    pos = 0
+    for commit, when, _ in wanted:
+        end = blobs.find(b"\n", pos)
+        if end < 0:
+            break
+        header = blobs[pos:end].split()
+        pos = end + 1
+        if len(header) < 3 or header[1] == b"missing":
+            continue
+        size = int(header[2])
+        raw = blobs[pos:pos + size].decode()
+        pos += size + 1
+        try:
+            doc = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+        except yaml.YAMLError:
+            continue
+        for spec in doc.get("claims") or []:
+            cid = str(spec.get("id"))
+            first.setdefault(cid, (when, commit[:7]))
+            if test.get(cid) != (t := _test_of(spec)):
+                if cid in test:
+                    changed[cid] = (when, commit[:7])
+                test[cid] = t
+    return first, changed, test
+
+
+def _record_source(record: Record, root: Path) -> str:
+    """The committed file a record is read from: a run's summary.json, or an analysis table's csv."""
+    table = record.table
+    for suffix, name in (("/extrapolation", "extrapolation.csv"), ("/freq_usage", "freq_usage.csv")):
+        if table.endswith(suffix):
+            return f"results/{table}/{name}"
+    if table in ANALYSIS_TABLES:
+        return f"results/{table}/{ANALYSIS_TABLES[table][0]}"
+    try:
+        return (record.path / "summary.json").resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return (record.path / "summary.json").as_posix()
+
+
+def preregistration(root: Path, decided: list[Decided]) -> str:
+    """Label each row with whether its declaration preceded its records, from git history (committer times): the
+    commit that first introduced its id under conf/claims/, and the last that changed its test (prose keys aside),
+    against the earliest commit adding any record it reads. Uncommitted declarations and records count as now.
+    Returns "" or the one line saying why every row reads "unknown" (no git, or a shallow clone)."""
+    shallow = (_git(root, "rev-parse", "--is-shallow-repository") or "").strip()
+    if shallow != "false":
+        why = ("pre-registration unknown: shallow git history (git fetch --unshallow)" if shallow == "true"
+               else "pre-registration unknown: no git history")
+        for d in decided:
+            d.prereg = "pre-registration unknown"
+        return why
+    first, changed, tests = _declaration_history(root)
+    added: dict[str, tuple[int, str]] = {}
+    for commit, when, files in _commits(root, ":(glob)results/**/summary.json", ":(glob)results/**/*.csv",
+                                        added_only=True):
+        for f in files:
+            added.setdefault(f, (when, commit[:7]))
+    now = (2 ** 62, "uncommitted")
+    for d in decided:
+        cid = d.claim.id
+        declared = first.get(cid, now)
+        edited = changed.get(cid)
+        if cid in tests and tests[cid] != _test_of(d.claim.spec):
+            edited = now
+        if not d.records:
+            d.prereg = "declared before its records (none yet)"
+            continue
+        data = min(added.get(_record_source(r, root), now) for r in d.records)
+        if declared >= data:
+            d.prereg = f"declared after the data: declared in {declared[1]}, first record in {data[1]}"
+        elif edited is not None and edited >= data:
+            d.prereg = f"edited after the data: test changed in {edited[1]}, first record in {data[1]}"
+        else:
+            d.prereg = f"pre-registered: declared in {declared[1]}, before its first record ({data[1]})"
+    return ""
 
 
 # ----------------------------------------------------------------------------------------------- README
@@ -529,16 +797,28 @@ PAPERS = {"Bifocal": "the-bifocal-papers-claims-against-ours", "PoPE": "the-pope
 COMMAND = "python -m ropelab.claims --write-readme"
 
 
-def tally(decided: list[Decided]) -> str:
+def _words(decided: list[Decided]) -> str:
     counts: dict[str, int] = {}
     for d in decided:
         counts[d.verdict.word] = counts.get(d.verdict.word, 0) + 1
     return " · ".join(f"{counts[w]} {w}" for w in V.WORDS if w in counts)
 
 
+def tally(decided: list[Decided]) -> str:
+    """The words over all rows, then those of the rows declared (or whose test was edited) after their data."""
+    after = [d for d in decided if d.prereg.startswith(AFTER)]
+    unknown = [d for d in decided if d.prereg == "pre-registration unknown"]
+    text = _words(decided)
+    if unknown:
+        return f"{text}; pre-registration unknown for {len(unknown)}"
+    return f"{text}; declared or edited after the data: {len(after)}" + (f" ({_words(after)})" if after else "")
+
+
 def _table(rows: list[dict], index: str) -> str:
     """A pipe table whose rule line is not padded either: a row that grows leaves every other line as it was."""
-    lines = markdown_table(pd.DataFrame(rows).set_index(index), index).split("\n")
+    frame = pd.DataFrame(rows)
+    frame[index] = frame[index].map(lambda v: str(v).replace("|", "\\|"))  # markdown_table escapes the others
+    lines = markdown_table(frame.set_index(index), index).split("\n")
     lines[1] = "|" + "---|" * (lines[0].count("|") - 1)
     return "\n".join(lines)
 
@@ -550,7 +830,8 @@ def summary_block(decided: list[Decided]) -> str:
         paper = d.claim.paper
         label = f"[{paper}](#{PAPERS[paper]})" if paper != last and paper in PAPERS else paper
         last = paper
-        rows.append({"paper": label, "claim": d.claim.spec["claim"], "verdict": d.verdict.word})
+        rows.append({"paper": label, "claim": d.claim.spec["claim"], "verdict": d.verdict.word,
+                     "declared": d.prereg.split(":")[0]})
     table = _table(rows, "paper")
     return (f"**{len(decided)} claims computed from the records by `python -m ropelab.claims` "
             f"(`conf/claims/`): {tally(decided)}**\n\n{table}")
@@ -607,6 +888,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}")
         return 2
     print("\n".join(lines(decided)))
+    if unknown := preregistration(args.root, []):
+        print(unknown)
     print(f"\n{len(decided)} claims: {tally(decided)}")
     if args.write_readme and updated != readme:
         readme_path.write_text(updated)

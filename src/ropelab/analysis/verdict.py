@@ -12,7 +12,15 @@ reads the 95 % t interval of the mean difference A − B against the direction t
 * interval excludes 0 on the other side             → **opposite**
 * interval includes 0                               → **no difference detected**, with the MDE: the smallest
   |A − B| a paired t test on n pairs of this spread detects with 80 % power at two-sided α = .05
-* a composite of several such parts                 → the parts' common word, or **partly** when they disagree
+* a composite of several such parts, combined by its declared rule (``composite``):
+  ``all``: the parts' common word; **partly** only when at least one part is reproduced and at least one is not;
+  parts that disagree with none reproduced read **not reproduced**, with how many parts got each word;
+  ``any``: reproduced when any part is; ``primary``: the named primary part's word, the others shown beside it
+
+Multiplicity: a composite's parts are one family. Its method is Bonferroni-widened intervals: each part's t
+interval is the 1 − α/m interval (m = the parts in the family; 98.3 % for 3 parts), its MDE computed at α/m, so
+"excludes 0" in any part keeps the family's error rate at α. Intervals rather than Holm's step-down p values,
+because the rule reads intervals and the rows print them: an interval and its word cannot disagree.
 
 A paper that expects no difference (direction 0, "barely changes") gets **opposite** when the interval excludes 0
 and **no difference detected** (with its MDE) when it does not.
@@ -34,8 +42,9 @@ from scipy.stats import fisher_exact, nct, t as student_t
 
 from ropelab.analysis.stats import Estimate, estimate, paired_difference
 
-WORDS = ("reproduced", "opposite", "no difference detected", "says nothing", "incomplete", "not run", "partly",
-         "refused")
+WORDS = ("reproduced", "opposite", "no difference detected", "says nothing", "not reproduced", "incomplete", "not run",
+         "partly", "refused")
+COMBINE = ("all", "any", "primary")
 ALPHA, POWER = 0.05, 0.80
 DIRECTIONS = (1, -1, 0)  # the paper expects A > B, A < B, or no difference (a robustness claim)
 
@@ -49,11 +58,13 @@ class Verdict:
     n: int             # pairs used
     planned: int
     mde: float | None  # smallest |A − B| detectable at 80 % power (two-sided α = .05) from the paired SD and n
-    solve: tuple[int, int, int, int] | None  # (learned A, n A, learned B, n B) where seeds split into learned and not
+    solve: tuple[int, ...] | None  # (learned A, n A, learned B, n B) where ``learned`` is declared; (A, n A) for a level
     solve_p: float | None                    # exact (Fisher) test between the two solve rates
     reason: str = ""   # for says nothing / refused / incomplete / partly: the one line why
     parts: tuple[tuple[str, "Verdict"], ...] = ()  # a composite's named parts
     so_far: str = ""   # for incomplete: the word the pairs there are would give
+    alpha: float = ALPHA  # the two-sided error rate of the interval (α/m for a part of a family of m)
+    note: str = ""     # a trend's reading of its steps (``no_reversal``)
 
     def __post_init__(self):
         if self.word not in WORDS:
@@ -86,12 +97,13 @@ def mde(n: int, sd: float, alpha: float = ALPHA, power: float = POWER) -> float:
 
 def solve_rates(a: Mapping[int, float], b: Mapping[int, float], learned: float
                 ) -> tuple[tuple[int, int, int, int] | None, float | None]:
-    """(learned A, n A, learned B, n B) and Fisher's exact p between the two rates, over the given seeds; (None,
-    None) when every seed on both sides is on the same side of ``learned`` (then the mean says it all)."""
+    """(learned A, n A, learned B, n B), always (0/3 against 0/3 says the mean is between two failures), and
+    Fisher's exact p between the two rates; p is None when every seed on both sides is on the same side of
+    ``learned`` (no split to test)."""
     la, lb = sum(v >= learned for v in a.values()), sum(v >= learned for v in b.values())
     na, nb = len(a), len(b)
     if la + lb in (0, na + nb):
-        return None, None
+        return (int(la), na, int(lb), nb), None
     p = float(fisher_exact([[la, na - la], [lb, nb - lb]]).pvalue)
     return (int(la), na, int(lb), nb), p
 
@@ -110,11 +122,14 @@ def _finite_values(values: Mapping[int, float]) -> dict[int, float]:
 
 def paired(a: dict[int, float], b: dict[int, float], *, direction: int, planned: int | None = None,
            floor: float | None = None, ceiling: float | None = None, margin: float = 0.0,
-           learned: float | None = None) -> Verdict:
+           learned: float | None = None, alpha: float = ALPHA,
+           sides: tuple[float, float] | None = None) -> Verdict:
     """The verdict on A − B by seed. ``direction`` +1: the paper expects A > B; −1: A < B; 0: no difference (an
     interval that excludes 0 is then "opposite", one that includes it "no difference detected", with its MDE). ``planned``: the pairs
     fixed before the runs (default: the pairs there are). ``floor`` / ``ceiling`` with ``margin``: the metric's
-    uninformative ends (the guess accuracy, 100 %). ``learned``: the level a seed counts as learned at."""
+    uninformative ends (the guess accuracy, 100 %), read on the compared cells' means, or on ``sides`` (the means
+that say whether each side learned, when the compared values are not accuracies: a relative drop, an analysis of
+the run). ``learned``: the level a seed counts as learned at. ``alpha``: the interval's two-sided error rate."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction {direction!r}: valid directions are +1 (A > B), -1 (A < B) and 0 (no difference)")
     a, b = _finite_values(a), _finite_values(b)
@@ -127,9 +142,10 @@ def paired(a: dict[int, float], b: dict[int, float], *, direction: int, planned:
     ea, eb = estimate(a[s] for s in seeds), estimate(b[s] for s in seeds)
     solve, solve_p = solve_rates({s: a[s] for s in seeds}, {s: b[s] for s in seeds}, learned) if learned is not None \
         else (None, None)
-    word, reason = _word(est, direction, _cell_at(ea.mean, floor, ceiling, margin),
-                         _cell_at(eb.mean, floor, ceiling, margin))
-    verdict = _from_estimate(word, est, planned, solve, solve_p, reason)
+    mean_a, mean_b = sides if sides is not None else (ea.mean, eb.mean)
+    word, reason = _word(est, direction, _cell_at(mean_a, floor, ceiling, margin),
+                         _cell_at(mean_b, floor, ceiling, margin), alpha)
+    verdict = _from_estimate(word, est, planned, solve, solve_p, reason, alpha)
     if len(seeds) < planned:
         return replace(verdict, word="incomplete", so_far=word,
                        reason=f"{len(seeds)} of {planned} planned seeds" + (f"; {reason}" if reason else ""))
@@ -138,29 +154,43 @@ def paired(a: dict[int, float], b: dict[int, float], *, direction: int, planned:
 
 def level(a: dict[int, float], threshold: float, *, direction: int, planned: int | None = None,
           floor: float | None = None, ceiling: float | None = None, margin: float = 0.0,
-          learned: float | None = None) -> Verdict:
+          learned: float | None = None, alpha: float = ALPHA, sides: tuple[float, float] | None = None) -> Verdict:
     """The verdict on A against a fixed level (a threshold, the guess floor, a shortcut's accuracy): the same rule
     on A − ``threshold`` by seed, so "above the floor" is decided exactly like "A beats B"."""
-    return paired(a, {s: threshold for s in a}, direction=direction, planned=planned, floor=floor, ceiling=ceiling,
-                  margin=margin, learned=learned)
+    verdict = paired(a, {s: threshold for s in a}, direction=direction, planned=planned, floor=floor,
+                     ceiling=ceiling, margin=margin, learned=learned, alpha=alpha, sides=sides)
+    if verdict.solve is not None:  # the level has no seeds to count: A's solve count alone
+        verdict = replace(verdict, solve=verdict.solve[:2], solve_p=None)
+    return verdict
 
 
-def _word(est: Estimate, direction: int, cell_a: str | None, cell_b: str | None) -> tuple[str, str]:
+def interval(est: Estimate, alpha: float = ALPHA) -> tuple[float, float]:
+    """The two-sided 1 − ``alpha`` t interval of the mean."""
+    half = float(student_t.ppf(1 - alpha / 2, est.n - 1)) * est.sd / math.sqrt(est.n)
+    return est.mean - half, est.mean + half
+
+
+def _word(est: Estimate, direction: int, cell_a: str | None, cell_b: str | None,
+          alpha: float = ALPHA) -> tuple[str, str]:
     if cell_a and cell_a == cell_b:
         return "says nothing", f"both sides at the {cell_a}"
     if est.n < 2:
         return "says nothing", "one pair: no interval"
-    if est.excludes_zero():
+    low, high = interval(est, alpha)
+    if low > 0 or high < 0:
         if direction == 0:
             return "opposite", "the paper expects no difference"
         return ("reproduced" if (est.mean > 0) == (direction > 0) else "opposite"), ""
     return "no difference detected", ""
 
 
-def _from_estimate(word: str, est: Estimate, planned: int, solve, solve_p, reason: str) -> Verdict:
-    interval = est.n > 1
-    return Verdict(word, est.mean, est.low if interval else None, est.high if interval else None, est.n, planned,
-                   mde(est.n, est.sd) if interval else None, solve, solve_p, reason)
+def _from_estimate(word: str, est: Estimate, planned: int, solve, solve_p, reason: str,
+                   alpha: float = ALPHA) -> Verdict:
+    if est.n < 2:
+        return Verdict(word, est.mean, None, None, est.n, planned, None, solve, solve_p, reason, alpha=alpha)
+    low, high = interval(est, alpha)
+    return Verdict(word, est.mean, low, high, est.n, planned, mde(est.n, est.sd, alpha), solve, solve_p, reason,
+                   alpha=alpha)
 
 
 def refused(reason: str, planned: int = 0) -> Verdict:
@@ -168,18 +198,27 @@ def refused(reason: str, planned: int = 0) -> Verdict:
     return Verdict("refused", None, None, None, 0, planned, None, None, None, reason)
 
 
-def composite(parts: Iterable[tuple[str, Verdict]]) -> Verdict:
-    """Several parts of one claim: their common word when they agree; "partly" when they disagree (each part
-    listed by ``render``); a refused, not-run or incomplete part makes the whole so, since the claim is then
-    undecided."""
+def composite(parts: Iterable[tuple[str, Verdict]], combine: str = "all", primary: str | None = None) -> Verdict:
+    """Several parts of one claim, combined by ``combine`` (``COMBINE``): ``all`` — their common word when they
+    agree, "partly" when at least one is reproduced and at least one is not, "not reproduced" when they disagree
+    and none is reproduced; ``any`` — reproduced when any part is, else as ``all``; ``primary`` — the part named
+    ``primary`` decides. A refused, not-run or incomplete part (the primary, under ``primary``) makes the whole so,
+    since the claim is then undecided. ``render`` lists how many parts got each word."""
     parts = tuple(parts)
     if not parts:
         raise ValueError("a composite claim needs at least one part")
-    words = [v.word for _, v in parts]
+    if combine not in COMBINE:
+        raise ValueError(f"combine {combine!r}: valid rules are {', '.join(COMBINE)}")
     n, planned = sum(v.n for _, v in parts), sum(v.planned for _, v in parts)
+    deciding = parts
+    if combine == "primary":
+        deciding = tuple((name, v) for name, v in parts if name == primary)
+        if not deciding:
+            raise ValueError(f"primary {primary!r}: valid parts are {', '.join(name for name, _ in parts)}")
+    words = [v.word for _, v in deciding]
 
     def named(*which: str) -> str:
-        return ", ".join(name for name, v in parts if v.word in which)
+        return ", ".join(name for name, v in deciding if v.word in which)
 
     if "refused" in words:
         return Verdict("refused", None, None, None, n, planned, None, None, None, f"refused: {named('refused')}", parts)
@@ -188,8 +227,19 @@ def composite(parts: Iterable[tuple[str, Verdict]]) -> Verdict:
     if "not run" in words or "incomplete" in words:
         return Verdict("incomplete", None, None, None, n, planned, None, None, None,
                        f"short: {named('not run', 'incomplete')}", parts)
-    word = words[0] if len(set(words)) == 1 else "partly"
+    if len(set(words)) == 1:
+        word = words[0]
+    elif "reproduced" in words:
+        word = "reproduced" if combine == "any" else "partly"
+    else:
+        word = "not reproduced"
     return Verdict(word, None, None, None, n, planned, None, None, None, "", parts)
+
+
+def counts(v: Verdict) -> str:
+    """How many of a composite's parts got each word: "2 opposite, 3 no difference detected"."""
+    found = [p.word for _, p in v.parts]
+    return ", ".join(f"{found.count(w)} {w}" for w in WORDS if w in found)
 
 
 # ----------------------------------------------------------------------------------------------- words
@@ -221,9 +271,13 @@ def numbers(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None
     if v.word in ("no difference detected", "incomplete") and scaled.mde is not None and v.low is not None \
             and v.low <= 0 <= v.high:
         text += f" (MDE {scaled.mde:.{d}f}{unit})"
-    if v.solve is not None:
+    if v.solve is not None and len(v.solve) == 2:
+        text += f"; learned {v.solve[0]}/{v.solve[1]}"
+    elif v.solve is not None:
         la, na, lb, nb = v.solve
-        text += f"; learned {la}/{na} vs {lb}/{nb} (Fisher p = {v.solve_p:.2g})"
+        text += f"; learned {la}/{na} vs {lb}/{nb}" + (f" (Fisher p = {v.solve_p:.2g})" if v.solve_p is not None else "")
+    if v.note:
+        text += f"; {v.note}"
     return text
 
 
@@ -237,6 +291,14 @@ def render(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None 
         inner = "; ".join(f"{name}: {render(part, unit, scale, decimals)}" for name, part in v.parts)
         head = {"incomplete": f"incomplete ({v.n} of {v.planned} pairs)", "not run": f"not run (0 of {v.planned})"
                 }.get(v.word, v.word)
+        family = {p.alpha for _, p in v.parts if p.low is not None}
+        corrected = [a for a in family if a < ALPHA]
+        if v.word not in ("incomplete", "not run"):
+            agree = len({p.word for _, p in v.parts}) == 1
+            head += f" (all {len(v.parts)} parts)" if agree else f": {counts(v)}"
+            if corrected:
+                m = round(ALPHA / corrected[0])
+                head += f"; Bonferroni over {m} parts, {100 * (1 - corrected[0]):.1f} % intervals"
         return f"{head} — {inner}"
     if v.word == "refused":
         return f"refused: {v.reason}"
