@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 # keys that change neither what a job computes nor its name: where it lands, whether it runs again, what it prints
-BOOKKEEPING = ("name", "resume", "record", "record_also", "rerun", "retry_failed", "needs_checkpoint",
+BOOKKEEPING = ("name", "resume", "record", "record_also", "variants", "rerun", "retry_failed", "needs_checkpoint",
                "trainer.progress", "logger")
 # command-line choices of how a sweep is launched (no config keys of a job)
 LAUNCH = ("experiment", "hydra/launcher", "hydra.launcher.n_jobs", "hydra.launcher.pack")
