@@ -201,14 +201,19 @@ def claim_groups(jobs: list[Job], conf: Path = CONF_DIR) -> None:
                     job.groups.append(group)
 
 
+def check_tables(tables: list[str] | None, conf: Path = CONF_DIR, card: bool = True) -> None:
+    """An unknown table name is one ConfigError naming the declared ones."""
+    choices = sorted({table_of(p) for p in presets(conf).values()} | ({CARD} if card else set()))
+    for table in tables or []:
+        if table not in choices:
+            raise ConfigError(f"--tables {table}: no such table: choose from {', '.join(choices)}")
+
+
 def declared(tables: list[str] | None = None, conf: Path = CONF_DIR, card: bool = True) -> list[Job]:
     """Every declared job (the presets', the card's), with its groups; ``tables`` restricts to those tables
     (results folder names; ``card`` is the card's). An unknown table is one ConfigError naming the choices."""
     found = presets(conf)
-    choices = sorted({table_of(p) for p in found.values()} | ({CARD} if card else set()))
-    for table in tables or []:
-        if table not in choices:
-            raise ConfigError(f"--tables {table}: no such table: choose from {', '.join(choices)}")
+    check_tables(tables, conf, card)
     jobs = [j for name, p in found.items() if not tables or table_of(p) in tables for j in preset_jobs(name, p)]
     if card and (not tables or CARD in tables):
         jobs += card_jobs()
@@ -237,6 +242,14 @@ def _completed(text: str) -> bool:
     try:
         return json.loads(text).get("status") == "completed"
     except (ValueError, AttributeError):
+        return False
+
+
+def _completed_file(record: Path) -> bool:
+    """A completed record folder (a link to another table's record counts: it is read through)."""
+    try:
+        return _completed((record / "summary.json").read_text())
+    except OSError:
         return False
 
 
@@ -486,20 +499,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="passed to every job: hydra/launcher=slurm …")
     args = p.parse_args(argv)
     repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel", check=False) or REPO)
+    tables = [t for t in args.tables.split(",") if t] or None
     try:
         if args.jobs < 1:
             raise ConfigError(f"--jobs {args.jobs}: at least 1")
-        jobs = declared([t for t in args.tables.split(",") if t] or None)
+        check_tables(tables)
         commit = None if args.plan else pin(repo, args.commit, args.main)
-        if commit and not git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{args.branch}", check=False):
-            if remote := git(repo, "rev-parse", "--verify", "-q", f"refs/remotes/origin/{args.branch}", check=False):
-                git(repo, "update-ref", f"refs/heads/{args.branch}", remote)
         tree = worktree(repo, args.worktree, commit) if commit else None
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    recorded = {**recorded_in(repo / "results"), **recorded_on_branch(repo, args.branch)}
-    done = set(recorded)
+    if commit and not git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{args.branch}", check=False):
+        if remote := git(repo, "rev-parse", "--verify", "-q", f"refs/remotes/origin/{args.branch}", check=False):
+            git(repo, "update-ref", f"refs/heads/{args.branch}", remote)   # resuming another machine's campaign
+    jobs = declared(tables)
+    on_branch = recorded_on_branch(repo, args.branch)
+    recorded = {**recorded_in(repo / "results"), **on_branch}
+    done = set(on_branch) | {j.key for j in jobs if _completed_file(repo / "results" / j.table / j.name)}
     if tree is not None:
         salvage(jobs, done, repo, tree, args.branch, commit)
     estimate(jobs, recorded)
