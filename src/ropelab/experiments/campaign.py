@@ -201,12 +201,12 @@ def claim_groups(jobs: list[Job], conf: Path = CONF_DIR) -> None:
                     job.groups.append(group)
 
 
-def check_tables(tables: list[str] | None, conf: Path = CONF_DIR, card: bool = True) -> None:
+def check_tables(tables: list[str] | None, conf: Path = CONF_DIR, card: bool = True, option: str = "--tables") -> None:
     """An unknown table name is one ConfigError naming the declared ones."""
     choices = sorted({table_of(p) for p in presets(conf).values()} | ({CARD} if card else set()))
     for table in tables or []:
         if table not in choices:
-            raise ConfigError(f"--tables {table}: no such table: choose from {', '.join(choices)}")
+            raise ConfigError(f"{option} {table}: no such table: choose from {', '.join(choices)}")
 
 
 def declared(tables: list[str] | None = None, conf: Path = CONF_DIR, card: bool = True) -> list[Job]:
@@ -487,6 +487,49 @@ def salvage(jobs: list[Job], done: set[str], repo: Path, tree: Path, branch: str
             log(f"committed {job.key} (recorded before the last stop)")
 
 
+# ----------------------------------------------------------------------------------------------- equivalence
+
+def equivalence(repo: Path, revs: list[str], table: str, count: int, branch: str, main: str,
+                log: Callable[[str], None] = print) -> int:
+    """Retrain the ``count`` cheapest declared jobs of ``table`` at both commits on this machine (one thread, no
+    record) and compare their metrics.csv byte for byte (wall-time columns aside); the outcome is a record,
+    results/equivalence/<a>_<b>/summary.json, in this checkout and committed on ``branch``."""
+    from ropelab.core import machine
+    from ropelab.experiments.reproduce import first_difference
+
+    commits = [pin(repo, rev, main) for rev in revs]
+    trees = [worktree(repo, Path(f"runs/campaign/equivalence-{c[:12]}"), c) for c in commits]
+    jobs = declared([table])
+    estimate(jobs, {**recorded_in(repo / "results"), **recorded_on_branch(repo, branch)})
+    chosen = sorted((j for j in jobs if j.table.split("/")[0] == table.split("/")[0]), key=lambda j: (j.cost, j.name))[:count]
+    outcomes = []
+    for i, job in enumerate(chosen):
+        runs_ = []
+        for commit, tree in zip(commits, trees):
+            out = tree / "runs" / "campaign" / "equivalence" / f"job{i}"   # Hydra's grammar refuses = and , in a path
+            cmd = [sys.executable, str(tree / "train.py"), *[a for a in job.argv if not a.startswith("hydra.job.")],
+                   "trainer.threads=1", "record=null", "rerun=true", f"hydra.run.dir={out}"]
+            env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree}"}
+            done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+            if done.returncode != 0 or not (out / "metrics.csv").is_file():
+                raise ConfigError(f"{job.key} at {commit[:7]} did not train: {done.stderr.strip().splitlines()[-1:]}")
+            runs_.append(out / "metrics.csv")
+        diff, _ = first_difference(runs_[0], runs_[1])
+        outcomes.append({"table": job.table, "job": job.name, "match": not diff, **({"differs": diff} if diff else {})})
+        log(f"{job.key}: {'byte-identical' if not diff else 'differs: ' + diff}")
+    match = bool(outcomes) and all(o["match"] for o in outcomes)
+    rel = f"results/{identity.EQUIVALENCE}/{commits[0][:7]}_{commits[1][:7]}"
+    folder = repo / rel
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps({
+        "status": "completed", "commits": commits, "kind": identity.kind_of({"machine": machine.describe()}),
+        "match": match, "jobs": outcomes}, indent=1) + "\n")
+    commit_record(repo, branch, commits[1], folder, rel, f"records: {rel} (equivalence check)")
+    log(f"equivalence {commits[0][:7]} {commits[1][:7]}: {'the same computation' if match else 'NOT the same'} "
+        f"({sum(o['match'] for o in outcomes)}/{len(outcomes)} jobs byte-identical); {rel}, committed on {branch}")
+    return 0 if match else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ropelab.experiments.campaign", description=__doc__.splitlines()[0])
     p.add_argument("--plan", action="store_true", help="print the jobs and CPU-hours left by group; train nothing")
@@ -496,10 +539,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--main", default="main", help="the branch the pinned commit must be an ancestor of")
     p.add_argument("--branch", default=BRANCH, help=f"the branch records are committed on (default {BRANCH})")
     p.add_argument("--worktree", type=Path, default=WORKTREE, help=f"the worktree (default {WORKTREE})")
+    p.add_argument("--equivalence", nargs=2, metavar=("A", "B"), help="are commits A and B one computation? "
+                   "retrain --count jobs of --jobs-from at both here; writes results/equivalence/A_B/")
+    p.add_argument("--jobs-from", default="", help="the table whose cheapest jobs --equivalence retrains")
+    p.add_argument("--count", type=int, default=2, help="how many jobs --equivalence retrains (default 2)")
     p.add_argument("overrides", nargs="*", help="passed to every job: hydra/launcher=slurm …")
     args = p.parse_args(argv)
     repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel", check=False) or REPO)
     tables = [t for t in args.tables.split(",") if t] or None
+    if args.equivalence:
+        try:
+            check_tables([args.jobs_from], option="--jobs-from")
+            return equivalence(repo, args.equivalence, args.jobs_from, args.count, args.branch, args.main)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     try:
         if args.jobs < 1:
             raise ConfigError(f"--jobs {args.jobs}: at least 1")
