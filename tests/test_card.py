@@ -301,8 +301,9 @@ def test_tiers_name_their_tasks_and_an_unknown_tier_is_one_line(tmp_path):
     assert card_suite.load().tier("quick") == ["dyck3", "mod_arith", "assoc_recall", "global_counting"]
 
 
-def test_the_plan_takes_the_upper_bound_of_the_sd_from_fewer_than_five_seeds():
+def test_the_plan_runs_a_pilot_of_five_seeds_where_the_sd_rests_on_fewer():
     planned = card.plan(card_suite.load(), write=False, log=lambda _: None)
     dyck = planned["dyck3"]
-    assert len(dyck["source_seeds"]) < card.PILOT and dyck["sd"] > 3 * dyck["sd_observed"]
-    assert "upper 95 % bound" in dyck["sd_from"]
+    assert len(dyck["source_seeds"]) < card.PILOT and dyck["n"] == card.PILOT
+    assert dyck["sd"] > 3 * dyck["sd_observed"] and "upper 95 % bound" in dyck["sd_from"]
+    assert dyck["note"].startswith("pilot: rope's SD rests on 2 seeds")

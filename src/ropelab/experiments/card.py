@@ -338,11 +338,14 @@ def baselines(suite: Suite, tasks: str | None, args: str | None, results: Path =
     return status
 
 
-def plan(suite: Suite, write: bool = True, log=print) -> dict:
-    """Per calibrated task: rope's seed SD at the suite's setting from the source records, and n: the fewest seeds
-    (at least the suite's ``seeds``, at most ``max_seeds``) whose smallest detectable difference (the rule's MDE, 80 %
-    power) is at most the suite's ``useful`` for the unit. The paired SD is taken as √2 × that SD (two independent
-    seeds' spread; pairing by seed can only shrink it), so the MDE is an upper estimate."""
+def plan(suite: Suite, write: bool = True, log=print, results: Path = RESULTS) -> dict:
+    """Per calibrated task: rope's seed SD at the suite's setting, from the source records and the card's own rope
+    baselines (other seeds), and n. From fewer than ``PILOT`` seeds the SD is too uncertain to plan on (2 seeds
+    understate it as often as not): n is the pilot, ``PILOT`` seeds, and the MDE shown is the one at the SD's upper
+    95 % bound; ``card plan`` again once the pilot is recorded plans from its SD. From ``PILOT`` seeds or more, n is
+    the fewest seeds (at least the pilot, at most ``max_seeds``) whose MDE (the rule's, 80 % power) is at most the
+    suite's ``useful`` for the unit. The paired SD is taken as √2 × that SD (two independent seeds' spread; pairing
+    by seed can only shrink it), so the MDE is an upper estimate."""
     from scipy.stats import chi2
 
     from ropelab.analysis.verdict import mde
@@ -352,27 +355,34 @@ def plan(suite: Suite, write: bool = True, log=print) -> dict:
         if not spec.calibrated:
             continue
         rope = card_records.job_config([f"task={spec.name}", "pos=rope", f"seed={suite.seeds[0]}", *spec.overrides()])
-        source = [r for r in card_records.records_under(Path(spec.source or ""))
-                  if r.completed and card_records.same_setting(rope, r.config)]
-        values = [r.summary["final"][spec.metric] for r in source if spec.metric in r.summary.get("final", {})]
+        source = {}
+        for r in [*card_records.records_under(Path(spec.source or "")),
+                  *card_records.records_under(Path(results) / spec.name)]:
+            if r.completed and r.config.get("pos.name") == "rope" and card_records.same_setting(rope, r.config) \
+                    and spec.metric in r.summary.get("final", {}):
+                source.setdefault(r.seed, r)
+        values = [r.summary["final"][spec.metric] for r in source.values()]
         scale, unit = (100.0, "pts") if spec.is_accuracy else (1.0, spec.metric)
         observed = float(pd.Series(values).std(ddof=1)) * scale if len(values) > 1 else math.nan
-        # a pilot of fewer than PILOT seeds understates the SD as often as not: plan from its upper 95 % bound
-        sd = observed if len(values) >= PILOT or not math.isfinite(observed) else observed * math.sqrt(
-            (len(values) - 1) / chi2.ppf(0.05, len(values) - 1))
+        pilot = len(values) < PILOT
+        sd = observed * math.sqrt((len(values) - 1) / chi2.ppf(0.05, len(values) - 1)) \
+            if pilot and math.isfinite(observed) else observed
         useful = suite.useful.get(unit)
-        ladder = range(len(suite.seeds), max(suite.max_seeds, len(suite.seeds)) + 1)
+        ladder = range(max(len(suite.seeds), PILOT), max(suite.max_seeds, PILOT) + 1)
         fits = [n for n in ladder if useful is not None and mde(n, math.sqrt(2) * sd) <= useful]
-        n = fits[0] if fits else (ladder[-1] if useful is not None and math.isfinite(sd) else len(suite.seeds))
-        entry = {"n": n, "mde": _rounded(mde(n, math.sqrt(2) * sd)), "unit": unit, "useful": useful,
-                 "mde_at_3": _rounded(mde(3, math.sqrt(2) * sd)), "sd": _rounded(sd), "sd_observed": _rounded(observed),
-                 "sd_from": (f"{len(values)} seeds" if len(values) >= PILOT else
-                             f"upper 95 % bound of the SD of {len(values)} seeds (a pilot of {PILOT} plans from its SD)"),
+        n = PILOT if pilot else fits[0] if fits else ladder[-1] if useful is not None else PILOT
+        cap = 100.0 if spec.is_accuracy else math.inf   # no difference of two accuracies exceeds 100 points
+        entry = {"n": n, "mde": _rounded(min(mde(n, math.sqrt(2) * sd), cap)), "unit": unit, "useful": useful,
+                 "mde_at_3": _rounded(min(mde(3, math.sqrt(2) * sd), cap)), "sd": _rounded(sd), "sd_observed": _rounded(observed),
+                 "sd_from": (f"{len(values)} seeds" if not pilot else
+                             f"upper 95 % bound of the SD of {len(values)} seeds"),
                  "paired_sd": _rounded(math.sqrt(2) * sd), "source": spec.source,
-                 "source_seeds": sorted(r.seed for r in source)}
-        if not fits:
-            entry["note"] = (f"no n up to {suite.max_seeds} detects {useful} {unit}: n = {n}" if math.isfinite(sd)
-                             else "no seed SD (fewer than 2 source records): n = the suite's seeds")
+                 "source_seeds": sorted(source)}
+        if pilot:
+            entry["note"] = (f"pilot: rope's SD rests on {len(values)} seeds; n = {PILOT} first, then "
+                             "`python -m ropelab.card plan` plans from their SD")
+        elif not fits:
+            entry["note"] = f"no n up to {suite.max_seeds} detects {useful} {unit}: n = {n}"
         out[spec.name] = entry
         log(f"{spec.name}: rope SD {entry['sd']} {unit} over seeds {entry['source_seeds']} of {spec.source}; "
             f"n = {n} detects {entry['mde']} {unit} (n = 3: {entry['mde_at_3']})" +
@@ -443,7 +453,8 @@ def cost(suite: Suite, log=print) -> pd.DataFrame:
     lines = [markdown_table(table.assign(wall_s=table["wall_s"].round(0), job_s=table["job_s"].round(0))
                             .set_index("task"), "task"), ""]
     for which, (whole, one) in hours.items():
-        lines.append(f"{which}: baseline table ({len(schemes)} schemes × {table['task'].nunique()} tasks) "
+        count = len(suite.tiers[which.split()[1]]) if which.startswith("tier ") else table["task"].nunique()
+        lines.append(f"{which}: baseline table ({len(schemes)} schemes × {count} tasks) "
                      f"{whole:.1f} CPU-hours; one card (the mean scheme) {one:.1f} CPU-hours = {60 * one:.0f} "
                      "CPU-minutes")
     lines += [f"planned seeds: {seeds}; one card by task (CPU-hours): "
