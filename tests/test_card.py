@@ -126,7 +126,7 @@ def test_the_card_from_synthetic_records_pairs_by_seed(suite, records, tmp_path)
     assert list(ranks["scheme"]) == ["pope", "rope", "alibi"] and list(ranks["mean rank"]) == [1.0, 2.0, 3.0]
 
 
-def test_a_card_says_when_its_records_ran_at_more_than_one_commit(suite, records, tmp_path):
+def test_a_card_refuses_records_of_two_commits_no_equivalence_record_joins(suite, records, tmp_path):
     out = tmp_path / "c"
     assert "code versions" not in card_report.write_card(suite, suite.select(None), records, "pope", {}, [], records,
                                                          out).read_text()
@@ -135,7 +135,8 @@ def test_a_card_says_when_its_records_ran_at_more_than_one_commit(suite, records
     saved["machine"]["commit"] = "def5678"
     summary.write_text(json.dumps(saved))
     text = card_report.write_card(suite, suite.select(None), records, "pope", {}, [], records, out).read_text()
-    assert "Compared records ran at 2 code versions (abc1234, def5678)" in text
+    # the one rule (ropelab.core.identity.pairable): no committed equivalence record joins the two commits
+    assert "not one computation: pairs records of 2 code versions: abc1234 (5 runs), def5678 (1 runs)" in text
 
 
 def test_a_card_of_a_recorded_scheme_trains_nothing_and_reads_its_records(suite, records, capsys):

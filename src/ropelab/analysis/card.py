@@ -240,6 +240,15 @@ def missing_baselines(spec: TaskSpec, cols: dict[str, Column], seeds: list[int])
     return [s for s in group_choices("pos") if not (s in cols and set(seeds) <= set(cols[s].seeds))]
 
 
+def computation(mine: Column, rope: Column, results: Path) -> str:
+    """Why the two columns are not one computation (``ropelab.core.identity.pairable``: commits and machine kinds
+    joined only by committed checks), else ""."""
+    from ropelab.core.identity import pairable
+
+    ok, reason = pairable([r.summary for r in [*mine.records, *rope.records]])
+    return "" if ok else f"not one computation: {reason}"
+
+
 def task_card(suite: Suite, spec: TaskSpec, results: Path, scheme: str, options: dict[str, str],
               mine_records: Path | None = None) -> TaskCard:
     if not spec.calibrated:
@@ -248,7 +257,8 @@ def task_card(suite: Suite, spec: TaskSpec, results: Path, scheme: str, options:
     own = card_records.records_under((mine_records or results) / spec.name)
     mine = wanted_column(own, scheme, options)
     card = TaskCard(spec, mine, cols)
-    card.refusal = refusal(mine, card.rope) or incomplete_baseline(card.rope, suite.seeds_for(spec.name))
+    card.refusal = refusal(mine, card.rope) or incomplete_baseline(card.rope, suite.seeds_for(spec.name)) \
+        or computation(mine, card.rope, results)
     if card.refusal:
         return card
     card.floor = floors(card.rope.records[0]) if spec.is_accuracy else None

@@ -454,7 +454,7 @@ def run(jobs: list[Job], plan: list[tuple[str, list[Job], float]], repo: Path, t
                 else:
                     failed += 1
                     status = 1
-                    log(f"NOT recorded {job.key} (exit {proc.returncode}; log {out_rel(tree, job)})")
+                    log(f"NOT recorded {job.key} (exit {proc.returncode}{why_not(tree, job)}; log {out_rel(tree, job)})")
                 speed = spent / estimated_done if estimated_done else 1.0
                 eta = left_s * speed / parallel
                 log(f"{time.strftime('%H:%M:%S')} done {done}/{total} failed {failed} left {len(queue) + len(running)}"
@@ -467,6 +467,16 @@ def run(jobs: list[Job], plan: list[tuple[str, list[Job], float]], repo: Path, t
         return 130
     log(f"campaign: {done} recorded, {failed} not, {time.time() - started:.0f} s")
     return status
+
+
+def why_not(tree: Path, job: Job) -> str:
+    """The trainer's own words on why the job left no record (diverged, a trial, an error), from its log."""
+    try:
+        lines = Path(out_rel(tree, job)).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [line.strip() for line in lines if line.strip().startswith(("diverged", "trial,", "error:", "failed"))]
+    return f": {' / '.join(said[:2])[:400]}" if said else ""
 
 
 def out_rel(tree: Path, job: Job) -> str:
