@@ -308,3 +308,9 @@ def test_the_plan_runs_a_pilot_of_five_seeds_where_the_sd_rests_on_fewer():
     assert len(dyck["source_seeds"]) < card.PILOT and dyck["n"] == card.PILOT
     assert dyck["sd"] > 3 * dyck["sd_observed"] and "upper 95 % bound" in dyck["sd_from"]
     assert dyck["note"].startswith("pilot: rope's SD rests on 2 seeds")
+
+
+def test_card_readme_writes_the_baseline_table_heat_map_and_ranking(suite, records):
+    assert card.main(["--suite", str(suite.path), "--results", str(records), "readme"]) == 0
+    text = (records / "README.md").read_text()
+    assert "![heat map](heatmap.png)" in text and "## Ranking" in text and (records / "heatmap.png").is_file()

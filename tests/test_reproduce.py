@@ -55,15 +55,26 @@ def test_a_changed_record_is_not_bit_identical(table, tmp_path, capsys):
 def test_another_cpu_kind_is_compared_with_the_seed_spread(table, tmp_path, capsys):
     for seed in (1, 2):
         train_here(*TINY, *STEPS, f"seed={seed}", f"record={table}", run_dir=tmp_path / "runs" / f"pos=rope,seed={seed}")
-    summary_path = table / "pos=rope,seed=0" / "summary.json"
-    summary = json.loads(summary_path.read_text())
-    summary["machine"]["cpu"] = {"model": "Another CPU", "flags": ["avx2"]}
-    summary_path.write_text(json.dumps(summary))
+    for summary_path in table.glob("*/summary.json"):   # the cell made on one other kind
+        summary = json.loads(summary_path.read_text())
+        summary["machine"]["cpu"] = {"model": "Another CPU", "flags": ["avx2"]}
+        summary_path.write_text(json.dumps(summary))
     assert reproduce.main([str(table), "--job", "pos=rope,seed=0", "--out", str(tmp_path / "scratch")]) == 0
     out = capsys.readouterr().out
     assert "pos=rope,seed=0: other CPU kind (CPU Another CPU [avx2] here" in out
     assert "compared val/acc, val/loss" in out and "within seed spread (val/acc" in out and "3 seeds" in out
     assert "val/exact" not in out   # 0 at every seed here: it would pass whatever was trained
+
+
+def test_a_cell_of_two_kinds_has_no_spread_of_one_computation(table, tmp_path, capsys):
+    for seed in (1, 2):
+        train_here(*TINY, *STEPS, f"seed={seed}", f"record={table}", run_dir=tmp_path / "runs" / f"pos=rope,seed={seed}")
+    summary_path = table / "pos=rope,seed=0" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["machine"]["cpu"] = {"model": "Another CPU", "flags": ["avx2"]}
+    summary_path.write_text(json.dumps(summary))
+    assert reproduce.main([str(table), "--job", "pos=rope,seed=0", "--out", str(tmp_path / "scratch")]) == 1
+    assert "the cell's seeds are not one computation (pairs records of 2 CPU kinds" in capsys.readouterr().out
 
 
 def test_the_kind_check_bounds_what_the_kind_moves_and_the_rule_reads_it(table, tmp_path, capsys):
