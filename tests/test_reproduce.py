@@ -55,14 +55,79 @@ def test_a_changed_record_is_not_bit_identical(table, tmp_path, capsys):
 def test_another_cpu_kind_is_compared_with_the_seed_spread(table, tmp_path, capsys):
     for seed in (1, 2):
         train_here(*TINY, *STEPS, f"seed={seed}", f"record={table}", run_dir=tmp_path / "runs" / f"pos=rope,seed={seed}")
+    for summary_path in table.glob("*/summary.json"):   # the cell made on one other kind
+        summary = json.loads(summary_path.read_text())
+        summary["machine"]["cpu"] = {"model": "Another CPU", "flags": ["avx2"]}
+        summary_path.write_text(json.dumps(summary))
+    assert reproduce.main([str(table), "--job", "pos=rope,seed=0", "--out", str(tmp_path / "scratch")]) == 0
+    out = capsys.readouterr().out
+    assert "pos=rope,seed=0: other CPU kind (CPU Another CPU [avx2] here" in out
+    assert "compared val/acc, val/loss" in out and "within seed spread (val/acc" in out and "3 seeds" in out
+    assert "val/exact" not in out   # 0 at every seed here: it would pass whatever was trained
+
+
+def test_a_cell_of_two_kinds_has_no_spread_of_one_computation(table, tmp_path, capsys):
+    for seed in (1, 2):
+        train_here(*TINY, *STEPS, f"seed={seed}", f"record={table}", run_dir=tmp_path / "runs" / f"pos=rope,seed={seed}")
     summary_path = table / "pos=rope,seed=0" / "summary.json"
     summary = json.loads(summary_path.read_text())
     summary["machine"]["cpu"] = {"model": "Another CPU", "flags": ["avx2"]}
     summary_path.write_text(json.dumps(summary))
-    assert reproduce.main([str(table), "--job", "pos=rope,seed=0", "--out", str(tmp_path / "scratch")]) == 0
-    out = capsys.readouterr().out
-    assert "pos=rope,seed=0: other CPU kind (CPU Another CPU [avx2] here" in out
-    assert "within seed spread (val/exact" in out and "3 seeds" in out
+    assert reproduce.main([str(table), "--job", "pos=rope,seed=0", "--out", str(tmp_path / "scratch")]) == 1
+    assert "the cell's seeds are not one computation (pairs records of 2 CPU kinds" in capsys.readouterr().out
+
+
+def test_the_kind_check_bounds_what_the_kind_moves_and_the_rule_reads_it(table, tmp_path, capsys):
+    for seed in (1, 2):
+        train_here(*TINY, *STEPS, f"seed={seed}", f"record={table}", run_dir=tmp_path / "runs" / f"pos=rope,seed={seed}")
+    for path in table.glob("*/summary.json"):
+        summary = json.loads(path.read_text())
+        summary["machine"]["cpu"] = {"model": "Another CPU", "flags": ["avx512_bf16"]}
+        path.write_text(json.dumps(summary))
+    results = tmp_path / "results"
+    status, folder = reproduce.kind_check(table, reproduce.records_of(table), tmp_path / "scratch", results)
+    check = json.loads((folder / "summary.json").read_text())
+    assert check["kinds"][0].startswith("Another CPU [avx512_bf16]") and check["bounded"] is (status == 0)
+    acc = check["metrics"]["val/acc"]
+    assert acc["n"] == 3 and -100 <= acc["low"] <= acc["mean_diff"] <= acc["high"] <= 100
+    assert acc["moves_at_most"] == pytest.approx(max(abs(acc["low"]), abs(acc["high"])), abs=1e-3)
+    here = {"machine": {**json.loads((table / "pos=rope,seed=0" / "summary.json").read_text())["machine"],
+                        "cpu": {"model": "Here", "flags": ["avx2"]}}}
+    here["machine"]["torch"] = check["kinds"][1].rsplit(" torch ", 1)[1]
+    here["machine"]["cpu"] = {"model": check["kinds"][1].split(" [")[0], "flags": ["avx2"]}
+    other = json.loads((table / "pos=rope,seed=1" / "summary.json").read_text())
+    ok, reason = identity.pairable([other, here], results)
+    assert ok is check["bounded"] and ("moves by at most" in reason if ok else "2 CPU kinds" in reason)
+    assert identity.pairable([other, here], tmp_path / "elsewhere")[0] is False
+
+
+def test_two_commits_pair_only_through_a_committed_equivalence_record(tmp_path):
+    a = {"machine": {"commit": "a" * 40, "cpu": {"model": "X", "flags": []}, "torch": "2"}}
+    b = {"machine": {"commit": "b" * 40, "cpu": {"model": "X", "flags": []}, "torch": "2"}}
+    ok, reason = identity.pairable([a, b], tmp_path)
+    assert not ok and reason.startswith("pairs records of 2 code versions: aaaaaaa (1 runs), bbbbbbb (1 runs)")
+    assert identity.pairable([a, b], tmp_path, declared={"commits": "why"})[0]
+    folder = tmp_path / identity.EQUIVALENCE / "aaaaaaa_bbbbbbb"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"status": "completed", "commits": ["a" * 40, "b" * 40],
+                                                     "match": False}))
+    assert not identity.pairable([a, b], tmp_path)[0]   # retrained, and they differ: still two computations
+    (folder / "summary.json").write_text(json.dumps({"status": "completed", "commits": ["a" * 40, "b" * 40],
+                                                     "match": True}))
+    assert identity.pairable([a, b], tmp_path) == (True, "2 commits shown equivalent (results/equivalence/)")
+
+
+def test_tables_listed_are_those_with_records_and_a_card_task_folder_is_read_one_level_deeper(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    job = results / "card" / "dyck3" / "pos=rope,seed=200,task=dyck3"
+    job.mkdir(parents=True)
+    (job / "summary.json").write_text(json.dumps({"status": "completed"}))
+    (job / "config.yaml").write_text("seed: 200\n")
+    (results / "mutation").mkdir()
+    (results / "mutation" / "summary.json").write_text("{}")
+    monkeypatch.setattr(reproduce, "RESULTS", results)
+    assert reproduce.tables_with_records() == ["card"]
+    assert reproduce.records_of(results / "card") == [job]
 
 
 def test_bad_arguments_are_one_line(tmp_path, capsys):

@@ -42,6 +42,17 @@ DETECTED_WORDS = ("reproduced", "opposite")
 NO_DIFFERENCE = "no difference detected"
 # a card asks whether the scheme is better than the baseline: +1 (A > B) where the metric is higher-better
 SIGN = {"higher": 1, "lower": -1}
+# a card's words, not a paper's: the rule's "reproduced" (the expected direction, here "better") and "opposite"
+CARD_WORDS = {"reproduced": "better", "opposite": "worse"}
+
+
+def card_render(v, unit: str = "") -> str:
+    """The rule's line in a card's words: better, worse, no difference detected (MDE), …"""
+    text = render(v, unit=unit)
+    for word, said in CARD_WORDS.items():
+        if text.startswith(word):
+            return said + text[len(word):]
+    return text
 
 
 @dataclass
@@ -214,6 +225,30 @@ def refusal(mine: Column, rope: Column | None) -> str:
     return ""
 
 
+def incomplete_baseline(rope: Column | None, seeds: list[int]) -> str:
+    """Why the baseline cell gives no verdict yet: rope lacks some of the planned seeds."""
+    have = set(rope.seeds) if rope is not None else set()
+    missing = [s for s in seeds if s not in have]
+    return (f"baseline incomplete: rope has {len(seeds) - len(missing)} of {len(seeds)} planned seeds (missing "
+            f"{', '.join(map(str, missing[:5]))}{' …' if len(missing) > 5 else ''}): no verdict yet") if missing else ""
+
+
+def missing_baselines(spec: TaskSpec, cols: dict[str, Column], seeds: list[int]) -> list[str]:
+    """The schemes of conf/pos/ whose baseline cell on the task lacks some planned seed."""
+    from ropelab.core.cli import group_choices
+
+    return [s for s in group_choices("pos") if not (s in cols and set(seeds) <= set(cols[s].seeds))]
+
+
+def computation(mine: Column, rope: Column, results: Path) -> str:
+    """Why the two columns are not one computation (``ropelab.core.identity.pairable``: commits and machine kinds
+    joined only by committed checks), else ""."""
+    from ropelab.core.identity import pairable
+
+    ok, reason = pairable([r.summary for r in [*mine.records, *rope.records]])
+    return "" if ok else f"not one computation: {reason}"
+
+
 def task_card(suite: Suite, spec: TaskSpec, results: Path, scheme: str, options: dict[str, str],
               mine_records: Path | None = None) -> TaskCard:
     if not spec.calibrated:
@@ -222,12 +257,14 @@ def task_card(suite: Suite, spec: TaskSpec, results: Path, scheme: str, options:
     own = card_records.records_under((mine_records or results) / spec.name)
     mine = wanted_column(own, scheme, options)
     card = TaskCard(spec, mine, cols)
-    card.refusal = refusal(mine, card.rope)
+    card.refusal = refusal(mine, card.rope) or incomplete_baseline(card.rope, suite.seeds_for(spec.name)) \
+        or computation(mine, card.rope, results)
     if card.refusal:
         return card
     card.floor = floors(card.rope.records[0]) if spec.is_accuracy else None
     scale, unit = _scale(spec)
-    best = best_baseline(spec, cols, exclude=mine.label)
+    lacking = missing_baselines(spec, cols, suite.seeds_for(spec.name))
+    best = None if lacking else best_baseline(spec, cols, exclude=mine.label)
     metrics = [(spec.metric, "in distribution", 0), *([(spec.ood, "OOD", 1)] if spec.ood else [])]
     for metric, what, i in metrics:
         a, r = mine.values(metric, scale), card.rope.values(metric, scale)
@@ -235,6 +272,8 @@ def task_card(suite: Suite, spec: TaskSpec, results: Path, scheme: str, options:
         level = spec.level if i == 0 else None
         row = {"metric": metric, "what": what, "mine": a, "rope": r, "unit": unit,
                "vs_rope": _compare(spec, suite, a, r, floor, level)}
+        if lacking:
+            row["best_missing"] = lacking
         if best is not None:
             row["best"] = best.label
             row["best_values"] = best.values(metric, scale)
@@ -274,9 +313,15 @@ def _steps(steps: dict[int, float]) -> str:
 def task_rows(card: TaskCard, label: str) -> list[dict]:
     """The card's table rows of one task (one per metric), or one row saying why it compares nothing."""
     spec = card.spec
-    if card.refusal:
-        return [{"task": spec.name, "metric": spec.metric if spec.calibrated else "–", label: "–", "rope": "–",
-                 f"{label} − rope": card.refusal, "best baseline": "–", f"{label} − best": "–"}]
+    if card.refusal:   # the scheme's own numbers show as soon as they exist
+        scale, _ = _scale(spec)
+        level = spec.level * scale if spec.level is not None and spec.calibrated else None
+        own = card.mine.values(spec.metric, scale) if card.mine is not None and spec.calibrated else {}
+        rope = card.rope.values(spec.metric, scale) if card.rope is not None and spec.calibrated else {}
+        digits = 1 if spec.is_accuracy else 3
+        return [{"task": spec.name, "metric": spec.metric if spec.calibrated else "–",
+                 label: _mean_sd(own, digits) + _solve(own, level), "rope": _mean_sd(rope, digits) + _solve(rope, level),
+                 f"{label} − rope": card.refusal, "n · MDE": "–", "best baseline": "–", f"{label} − best": "–"}]
     digits = 1 if spec.is_accuracy else 3
     scale, _ = _scale(spec)
     out = []
@@ -287,11 +332,15 @@ def task_rows(card: TaskCard, label: str) -> list[dict]:
         if row.get("steps") is not None:
             mine += f"; to {spec.level:g}: {_steps(row['steps'])}"
             rope += f"; to {spec.level:g}: {_steps(row['rope_steps'])}"
+        v = row["vs_rope"]
+        achieved = f"{v.mde:.{digits}f}{row['unit']}" if v.mde is not None else "–"
         out.append({"task": spec.name, "metric": f"{row['metric']} ({row['what']})", label: mine, "rope": rope,
-                    f"{label} − rope": render(row["vs_rope"], unit=row["unit"]),
+                    f"{label} − rope": card_render(row["vs_rope"], unit=row["unit"]),
+                    "n · MDE": f"{v.n} of {v.planned} · {achieved}",
                     "best baseline": (f"{row['best']}: {_mean_sd(row['best_values'], digits)}" if "best" in row
-                                      else "–"),
-                    f"{label} − best": render(row["vs_best"], unit=row["unit"]) if "vs_best" in row else "–"})
+                                      else f"incomplete: {', '.join(row['best_missing'])} lack planned seeds"
+                                      if row.get("best_missing") else "–"),
+                    f"{label} − best": card_render(row["vs_best"], unit=row["unit"]) if "vs_best" in row else "–"})
     return out
 
 
@@ -324,8 +373,9 @@ def is_detected(v) -> bool:
 
 
 def heat_map(matrix: pd.DataFrame, suite: Suite, out: Path, title: str) -> Path | None:
-    """Difference from rope per scheme × task, coloured by how much better (blue) or worse (red) it is relative to
-    the largest difference on that task; ``*`` marks a difference the rule detected, grey a cell it says nothing of."""
+    """Difference from rope per scheme × task: a difference the rule detects coloured by how much better (blue) or
+    worse (red) it is relative to the largest on that task, ``*`` marking it; one it does not detect white; grey a
+    cell it says nothing of."""
     if matrix.empty:
         return None
     plt = pyplot()
@@ -343,7 +393,8 @@ def heat_map(matrix: pd.DataFrame, suite: Suite, out: Path, title: str) -> Path 
             if not _has(v) or v.diff is None or not math.isfinite(v.diff):
                 text[i][j] = v.word if _has(v) else ""
                 continue
-            oriented[i, j] = sign * v.diff / span
+            # colour encodes the verdict: a difference the rule does not detect is drawn as none (white)
+            oriented[i, j] = sign * v.diff / span if is_detected(v) else 0.0
             text[i][j] = f"{v.diff:+.{1 if spec.is_accuracy else 3}f}{'*' if is_detected(v) else ''}"
     fig, ax = plt.subplots(figsize=(max(1.3 * len(tasks_) + 2.5, 6.5), 0.45 * len(schemes) + 1.8))
     ax.set_facecolor("0.85")
@@ -445,7 +496,7 @@ def _machines(cards: list[TaskCard]) -> list[str]:
 
 
 def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, options: dict[str, str],
-               trial: list[str], trial_records: Path, out: Path, full: bool = True) -> Path:
+               trial: list[str], trial_records: Path, out: Path, full: bool = True, tier: str = "") -> Path:
     """The card of ``scheme`` with ``options`` into ``out``/card.md (card-<tasks>.md for a TASKS restriction), its
     heat map and numbers; returns the markdown file."""
     out.mkdir(parents=True, exist_ok=True)
@@ -455,14 +506,16 @@ def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, 
     md = [f"# Benchmark card: {label}", "",
           f"Suite: `{_rel(suite.path)}` (seeds from {suite.seeds[0]}, n per task as planned); baselines: `{_rel(results)}`"
           + (f"; this scheme's records: `{_rel(trial_records)}`" if trial else "") + "."
-          + ("" if full else f" Tasks: {', '.join(s.name for s in specs)} only (TASKS restricts the suite)."), ""]
+          + ("" if full else f" Tasks: {', '.join(s.name for s in specs)} only (TASKS restricts the suite).")
+          + (f" Tier: **{tier}**." if tier else "") + " Per task: n of the planned seeds and the MDE the records "
+          "achieved (the smallest difference they detect at 80 % power).", ""]
     if spread := _spread(cards):
         md += [spread, ""]
     if trial:
         md += [f"**Trial** ({' '.join(trial)}): not the suite's setting — compared with nothing.", ""]
     md += ["Verdicts: the project's one rule (`ropelab.analysis.verdict`), A − B paired by seed, asking whether A "
-           f"({label}) is better than B: **reproduced** = better, **opposite** = worse, no difference detected with "
-           "the smallest difference n detects (MDE), says nothing where both sides sit at the floor or the ceiling "
+           f"({label}) is better than B: **better**, **worse**, or no difference detected with the smallest "
+           "difference n detects (MDE); says nothing where both sides sit at the floor or the ceiling "
            "(accuracy floor: the guess or a shortcut's level, whichever is higher). Accuracies in points, losses in "
            "nats (lower is better).", "",
            "## Per task", "",
@@ -472,7 +525,7 @@ def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, 
                                           "* a difference the rule detects, grey: nothing compared")
     if figure is not None:
         md += ["## Every scheme × task: difference from rope", "", f"![heat map]({figure.name})", "",
-               markdown_table(matrix.map(lambda v: render(v) if _has(v) else "–").rename_axis("scheme"), "scheme"), ""]
+               markdown_table(matrix.map(lambda v: card_render(v) if _has(v) else "–").rename_axis("scheme"), "scheme"), ""]
     ranks = ranking(suite, cards)
     if not ranks.empty:
         md += ["## Ranking", "", "Mean rank over the compared tasks (1 = best in distribution); 95 % bootstrap "
@@ -488,7 +541,8 @@ def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, 
     return path
 
 
-def write_cross_table(suite: Suite, specs: list[TaskSpec], results: Path, out: Path) -> Path:
+def write_cross_table(suite: Suite, specs: list[TaskSpec], results: Path, out: Path,
+                      name: str = "cross_table.md") -> Path:
     """Every baseline on every task: mean ± SD and solve rate, the best scheme per task and its difference from rope,
     the heat map and the ranking; into ``out``/cross_table.md."""
     out.mkdir(parents=True, exist_ok=True)
@@ -512,7 +566,7 @@ def write_cross_table(suite: Suite, specs: list[TaskSpec], results: Path, out: P
         elif best is not None:
             v = _compare(spec, suite, best.values(spec.metric, scale), card.rope.values(spec.metric, scale),
                          floors(card.rope.records[0])[0] if spec.is_accuracy else None, spec.level)
-            row["best"] = f"{best.label}: {render(v, unit=' pts' if spec.is_accuracy else '')} vs rope"
+            row["best"] = f"{best.label}: {card_render(v, unit=' pts' if spec.is_accuracy else '')} vs rope"
         rows.append(row)
     md = [f"# Cross-table: every scheme × the suite's tasks", "",
           f"Suite `{_rel(suite.path)}`, records `{_rel(results)}`, seeds from {suite.seeds[0]} (n per task as planned).", "",
@@ -526,7 +580,7 @@ def write_cross_table(suite: Suite, specs: list[TaskSpec], results: Path, out: P
     if not ranks.empty:
         md += ["## Ranking", "", markdown_table(ranks.set_index("scheme"), "scheme"), ""]
     md += ["## Machines and code", "", *(_machines(cards) or ["- no records"]), ""]
-    path = out / "cross_table.md"
+    path = out / name
     path.write_text("\n".join(md))
     return path
 

@@ -55,6 +55,15 @@ class Suite:
     plan: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_seeds: int = 10
     useful: dict[str, float] = field(default_factory=dict)   # unit → the largest MDE worth planning for
+    tiers: dict[str, list[str]] = field(default_factory=dict)  # tier → its tasks (quick: the cheap ones); full: all
+
+    def tier(self, name: str) -> list[str]:
+        """The tasks of a tier (``full``: every task); an unknown tier is one line naming the tiers."""
+        if name == "full":
+            return list(self.tasks)
+        if name not in self.tiers:
+            raise ConfigError(f"--tier {name}: no such tier: choose from {', '.join(['full', *self.tiers])}")
+        return list(self.tiers[name])
 
     def seeds_for(self, task: str) -> list[int]:
         """The task's seeds: as many as its plan's n (the first ``seeds`` on, consecutive), else ``seeds``."""
@@ -97,10 +106,10 @@ def load(path: Path | str = SUITE) -> Suite:
         raise ConfigError(f"{path}: not YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("tasks"), dict) or not raw["tasks"]:
         raise ConfigError(f"{path}: a suite needs `tasks:`, a mapping of task name → setting")
-    unknown = set(raw) - {"seeds", "max_seeds", "rule", "tasks", "plan"}
+    unknown = set(raw) - {"seeds", "max_seeds", "rule", "tasks", "tiers", "plan"}
     if unknown:
         raise ConfigError(f"{path}: {sorted(unknown)[0]} is not a suite key: valid keys are seeds, max_seeds, rule, "
-                          "tasks, plan")
+                          "tasks, tiers, plan")
     seeds = raw.get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise ConfigError(f"{path}: seeds={seeds!r} is invalid: a list of integers, e.g. [200, 201, 202]")
@@ -128,7 +137,17 @@ def load(path: Path | str = SUITE) -> Suite:
                                extrapolation=tuple(float(f) for f in entry.get("extrapolation") or ()))
     return Suite(path=path, seeds=tuple(seeds), margin=float(rule.get("margin", 0.05)),
                  ceiling=float(rule.get("ceiling", 1.0)), tasks=specs, plan=dict(raw.get("plan") or {}),
-                 max_seeds=int(raw.get("max_seeds", 10)), useful=dict(rule.get("useful") or {}))
+                 max_seeds=int(raw.get("max_seeds", 10)), useful=dict(rule.get("useful") or {}),
+                 tiers=_tiers(path, raw.get("tiers") or {}, specs))
+
+
+def _tiers(path: Path, tiers: dict, specs: dict) -> dict[str, list[str]]:
+    for tier, names in tiers.items():
+        for name in names or []:
+            if name not in specs:
+                raise ConfigError(f"{path}: tiers.{tier}: {name} is not a task of the suite: choose from "
+                                  f"{', '.join(specs)}")
+    return {tier: list(names or []) for tier, names in tiers.items()}
 
 
 def write_plan(path: Path, plan: dict[str, dict[str, Any]]) -> None:

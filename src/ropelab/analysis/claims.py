@@ -514,15 +514,12 @@ def _level(spec: Any, records: list[Record], where: str, metric: str = "") -> tu
 
 
 def _protocol(claim: Claim, used: list[Record]) -> str | None:
-    """The line that refuses the comparison, or None when its records may be pooled."""
-    equivalent = claim.get("equivalent") or {}
-    commits, cpus = sorted({r.commit for r in used}), sorted({r.cpu for r in used})
-    if len(commits) > 1 and "commits" not in equivalent:
-        counts = ", ".join(f"{c} ({sum(r.commit == c for r in used)} runs)" for c in commits)
-        return f"pairs records of {len(commits)} code versions: {counts}; rerun at one commit, or declare them equivalent and why"
-    if len(cpus) > 1 and "cpus" not in equivalent:
-        return f"pairs records of {len(cpus)} CPU kinds: {', '.join(cpus)}; rerun on one, or declare them equivalent and why"
-    return None
+    """The line that refuses the comparison, or None when its records may be pooled (the one rule:
+    ``ropelab.core.identity.pairable``)."""
+    from ropelab.core.identity import pairable
+
+    ok, reason = pairable([r.summary for r in used], declared=claim.get("equivalent") or {})
+    return None if ok else reason
 
 
 def _calibration_flags(claim: Claim, used: list[Record], tables: dict[str, list[Record]]) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 # keys that change neither what a job computes nor its name: where it lands, whether it runs again, what it prints
-BOOKKEEPING = ("name", "resume", "record", "record_also", "rerun", "retry_failed", "needs_checkpoint",
+BOOKKEEPING = ("name", "resume", "record", "record_also", "variants", "rerun", "retry_failed", "needs_checkpoint",
                "trainer.progress", "logger")
 # command-line choices of how a sweep is launched (no config keys of a job)
 LAUNCH = ("experiment", "hydra/launcher", "hydra.launcher.n_jobs", "hydra.launcher.pack")
@@ -143,6 +143,105 @@ def trial_reason(expected: Mapping[str, Any], folder: Path, job: str, counts: Co
     theirs = describe(counts) if len(counts) > 1 else show(nearest, keys)
     return (f"{show(expected, keys)} differs from {folder}'s records ({theirs}): what it computes is not the "
             f"table's; a trial, not recorded (set {show(nearest, keys)} to add to the table)")
+
+
+# ------------------------------------------------------------------------------------- one computation per comparison
+# Records pair (a claim's A − B, a card's scheme − baseline, a reproduction's seed spread) only where they are one
+# computation: one commit, or commits a committed equivalence record shows to compute the same (the same jobs
+# retrained at both on one machine gave byte-identical metrics.csv); one kind of machine, or kinds a committed kind
+# check bounds (the same jobs trained on both, their paired differences within the seed spread).
+EQUIVALENCE = "equivalence"   # results/equivalence/<commit7>_<commit7>/summary.json
+KIND_CHECK = "kind_check"     # results/kind_check/<kind slug>__<kind slug>/summary.json
+
+
+def commit_of(summary: Mapping[str, Any]) -> str:
+    return str((summary.get("machine") or {}).get("commit") or "unknown")[:7]
+
+
+def kind_of(summary: Mapping[str, Any]) -> str:
+    """The machine kind a record ran on: the GPU, or the CPU model and its fastest matmul flag; with torch's version."""
+    from ropelab.core.machine import label
+
+    made = summary.get("machine") or {}
+    return f"{label(made)} torch {made.get('torch', '?')}" if made else str(summary.get("accelerator") or "unknown")
+
+
+def slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in ".-" else "_" for ch in text).strip("_")
+
+
+def _checks(results: Path, folder: str) -> list[dict]:
+    out = []
+    for path in sorted((Path(results) / folder).glob("*/summary.json")):
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if summary.get("status") == "completed":
+            out.append({**summary, "path": str(path.parent)})
+    return out
+
+
+def _joined(items: list[str], links: list[tuple[str, str]]) -> bool:
+    """Every item reachable from the first through ``links`` (pairs shown to be the same computation)."""
+    seen, todo = {items[0]}, [items[0]]
+    while todo:
+        here = todo.pop()
+        for a, b in links:
+            for x, y in ((a, b), (b, a)):
+                if x == here and y not in seen:
+                    seen.add(y)
+                    todo.append(y)
+    return set(items) <= seen
+
+
+def equivalent_commits(results: Path) -> list[tuple[str, str]]:
+    """Pairs of commits (7 characters) a committed equivalence record shows to compute the same."""
+    return [(str(c["commits"][0])[:7], str(c["commits"][1])[:7]) for c in _checks(results, EQUIVALENCE)
+            if c.get("match") is True and len(c.get("commits") or []) == 2]
+
+
+def bounded_kinds(results: Path) -> list[tuple[str, str, str]]:
+    """(kind, kind, what the check says the kind moves) for each committed kind check that bounds the effect."""
+    return [(c["kinds"][0], c["kinds"][1], c.get("says", "")) for c in _checks(results, KIND_CHECK)
+            if c.get("bounded") is True and len(c.get("kinds") or []) == 2]
+
+
+def pairable(records: Iterable[Any], results: Path | None = None, declared: Iterable[str] = ()) -> tuple[bool, str]:
+    """(whether ``records`` may be compared with one another, the reason in one line). A record is its summary.json
+    (a dict) or anything with a ``summary``. Several commits pair only where committed equivalence records join
+    them; several machine kinds only where committed kind checks join them. ``declared`` ("commits", "cpus"): a
+    claim's own declaration that they may, said in the reason. ``results``: the folder of the check records
+    (default the checkout's results/). Equivalence records: ``python -m ropelab.experiments.campaign --equivalence
+    A B --jobs-from TABLE``; kind checks: ``python -m ropelab.reproduce TABLE --kind-check``."""
+    from ropelab.core.cli import REPO
+
+    results = Path(results) if results is not None else REPO / "results"
+    summaries = [r if isinstance(r, Mapping) else r.summary for r in records]
+    commits = sorted({commit_of(s) for s in summaries})
+    kinds = sorted({kind_of(s) for s in summaries})
+    said = []
+    if len(commits) > 1:
+        if "commits" in declared:
+            said.append(f"{len(commits)} commits, declared equivalent")
+        elif not _joined(commits, equivalent_commits(results)):
+            counts = ", ".join(f"{c} ({sum(commit_of(s) == c for s in summaries)} runs)" for c in commits)
+            return False, (f"pairs records of {len(commits)} code versions: {counts}; rerun at one commit, or "
+                           "declare them equivalent and why")
+        else:
+            said.append(f"{len(commits)} commits shown equivalent (results/{EQUIVALENCE}/)")
+    if len(kinds) > 1:
+        bounds = bounded_kinds(results)
+        if "cpus" in declared:
+            said.append(f"{len(kinds)} machine kinds, declared equivalent")
+        elif not _joined(kinds, [(a, b) for a, b, _ in bounds]):
+            counts = ", ".join(f"{k} ({sum(kind_of(s) == k for s in summaries)} runs)" for k in kinds)
+            return False, (f"pairs records of {len(kinds)} CPU kinds: {', '.join(kinds)}; rerun on one, or declare "
+                           "them equivalent and why")
+        else:
+            said.append(f"{len(kinds)} machine kinds, their effect bounded: "
+                        + "; ".join(s for a, b, s in bounds if a in kinds and b in kinds))
+    return True, "; ".join(said) or "one commit, one machine kind"
 
 
 def _register() -> None:

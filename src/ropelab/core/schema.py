@@ -109,6 +109,7 @@ class RootSchema:
     resume: str = spec(str, optional=True)
     record: str = spec(str, optional=True)
     record_also: list = spec(list)
+    variants: list = spec(list)
     rerun: bool = spec(bool)
     needs_checkpoint: bool = spec(bool)
     retry_failed: bool = spec(bool)

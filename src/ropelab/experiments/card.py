@@ -39,6 +39,7 @@ from ropelab.core.cli import REPO, group_choices
 from ropelab.core.errors import ConfigError
 
 RESULTS = Path("results/card")
+PILOT = 5   # seeds of rope's source records from which the plan takes the seed SD as observed
 TRIALS = Path("runs/card_trial")
 RESERVED = {"task": "TASKS (the suite's tasks)", "pos": "POS", "seed": "the suite's seeds",
             "record": "the card (results/card, or runs/card_trial for a trial)", "name": "the card"}
@@ -234,7 +235,8 @@ def train_command(req: Request, spec: TaskSpec, seeds: list[int], results: Path,
     name = f"{'card_trial' if req.trial else 'card'}/{spec.name}"
     record = records_root(req, results) / spec.name
     return [sys.executable, str(REPO / "train.py"), "-m", f"task={spec.name}", f"pos={req.scheme}",
-            f"seed={','.join(map(str, seeds))}", *setting(req, spec).values(), *req.options.values(), *req.how,
+            f"seed={','.join(map(str, seeds))}", *setting(req, spec).values(), *req.options.values(),
+            *(h for h in req.how if not h.startswith("trainer.threads=")), "trainer.threads=1",   # the baselines' computation: one thread per job, as every table ran
             f"name={name}", f"record={record}",
             f"hydra.job.config.override_dirname.exclude_keys=[{','.join(excluded_from_names(req, spec))}]",
             *(["needs_checkpoint=true"] if needs_checkpoint else [])]
@@ -302,13 +304,15 @@ def train_missing(req: Request, results: Path, dry_run: bool = False, log=print)
 
 # ----------------------------------------------------------------------------------------------- commands
 
-def score(req: Request, results: Path = RESULTS, dry_run: bool = False, train: bool = True, log=print) -> int:
+def score(req: Request, results: Path = RESULTS, dry_run: bool = False, train: bool = True, log=print,
+          tier: str = "") -> int:
     status = train_missing(req, results, dry_run, log) if train else 0
     if dry_run:
         return status
     out = card_report.write_card(req.suite, req.specs, results, scheme=req.scheme, options=req.options,
                                  trial=list(req.trial.values()), trial_records=records_root(req, results),
-                                 out=card_folder(req, results), full=len(req.specs) == len(req.suite.tasks))
+                                 out=card_folder(req, results), full=len(req.specs) == len(req.suite.tasks),
+                                 tier=tier)
     log(f"card: {runs.shorter(out)}")
     return status
 
@@ -334,11 +338,16 @@ def baselines(suite: Suite, tasks: str | None, args: str | None, results: Path =
     return status
 
 
-def plan(suite: Suite, write: bool = True, log=print) -> dict:
-    """Per calibrated task: rope's seed SD at the suite's setting from the source records, and n: the fewest seeds
-    (at least the suite's ``seeds``, at most ``max_seeds``) whose smallest detectable difference (the rule's MDE, 80 %
-    power) is at most the suite's ``useful`` for the unit. The paired SD is taken as √2 × that SD (two independent
-    seeds' spread; pairing by seed can only shrink it), so the MDE is an upper estimate."""
+def plan(suite: Suite, write: bool = True, log=print, results: Path = RESULTS) -> dict:
+    """Per calibrated task: rope's seed SD at the suite's setting, from the source records and the card's own rope
+    baselines (other seeds), and n. From fewer than ``PILOT`` seeds the SD is too uncertain to plan on (2 seeds
+    understate it as often as not): n is the pilot, ``PILOT`` seeds, and the MDE shown is the one at the SD's upper
+    95 % bound; ``card plan`` again once the pilot is recorded plans from its SD. From ``PILOT`` seeds or more, n is
+    the fewest seeds (at least the pilot, at most ``max_seeds``) whose MDE (the rule's, 80 % power) is at most the
+    suite's ``useful`` for the unit. The paired SD is taken as √2 × that SD (two independent seeds' spread; pairing
+    by seed can only shrink it), so the MDE is an upper estimate."""
+    from scipy.stats import chi2
+
     from ropelab.analysis.verdict import mde
 
     out = {}
@@ -346,22 +355,34 @@ def plan(suite: Suite, write: bool = True, log=print) -> dict:
         if not spec.calibrated:
             continue
         rope = card_records.job_config([f"task={spec.name}", "pos=rope", f"seed={suite.seeds[0]}", *spec.overrides()])
-        source = [r for r in card_records.records_under(Path(spec.source or ""))
-                  if r.completed and card_records.same_setting(rope, r.config)]
-        values = [r.summary["final"][spec.metric] for r in source if spec.metric in r.summary.get("final", {})]
+        source = {}
+        for r in [*card_records.records_under(Path(spec.source or "")),
+                  *card_records.records_under(Path(results) / spec.name)]:
+            if r.completed and r.config.get("pos.name") == "rope" and card_records.same_setting(rope, r.config) \
+                    and spec.metric in r.summary.get("final", {}):
+                source.setdefault(r.seed, r)
+        values = [r.summary["final"][spec.metric] for r in source.values()]
         scale, unit = (100.0, "pts") if spec.is_accuracy else (1.0, spec.metric)
-        sd = float(pd.Series(values).std(ddof=1)) * scale if len(values) > 1 else math.nan
+        observed = float(pd.Series(values).std(ddof=1)) * scale if len(values) > 1 else math.nan
+        pilot = len(values) < PILOT
+        sd = observed * math.sqrt((len(values) - 1) / chi2.ppf(0.05, len(values) - 1)) \
+            if pilot and math.isfinite(observed) else observed
         useful = suite.useful.get(unit)
-        ladder = range(len(suite.seeds), max(suite.max_seeds, len(suite.seeds)) + 1)
+        ladder = range(max(len(suite.seeds), PILOT), max(suite.max_seeds, PILOT) + 1)
         fits = [n for n in ladder if useful is not None and mde(n, math.sqrt(2) * sd) <= useful]
-        n = fits[0] if fits else (ladder[-1] if useful is not None and math.isfinite(sd) else len(suite.seeds))
-        entry = {"n": n, "mde": _rounded(mde(n, math.sqrt(2) * sd)), "unit": unit, "useful": useful,
-                 "mde_at_3": _rounded(mde(3, math.sqrt(2) * sd)), "sd": _rounded(sd),
+        n = PILOT if pilot else fits[0] if fits else ladder[-1] if useful is not None else PILOT
+        cap = 100.0 if spec.is_accuracy else math.inf   # no difference of two accuracies exceeds 100 points
+        entry = {"n": n, "mde": _rounded(min(mde(n, math.sqrt(2) * sd), cap)), "unit": unit, "useful": useful,
+                 "mde_at_3": _rounded(min(mde(3, math.sqrt(2) * sd), cap)), "sd": _rounded(sd), "sd_observed": _rounded(observed),
+                 "sd_from": (f"{len(values)} seeds" if not pilot else
+                             f"upper 95 % bound of the SD of {len(values)} seeds"),
                  "paired_sd": _rounded(math.sqrt(2) * sd), "source": spec.source,
-                 "source_seeds": sorted(r.seed for r in source)}
-        if not fits:
-            entry["note"] = (f"no n up to {suite.max_seeds} detects {useful} {unit}: n = {n}" if math.isfinite(sd)
-                             else "no seed SD (fewer than 2 source records): n = the suite's seeds")
+                 "source_seeds": sorted(source)}
+        if pilot:
+            entry["note"] = (f"pilot: rope's SD rests on {len(values)} seeds; n = {PILOT} first, then "
+                             "`python -m ropelab.card plan` plans from their SD")
+        elif not fits:
+            entry["note"] = f"no n up to {suite.max_seeds} detects {useful} {unit}: n = {n}"
         out[spec.name] = entry
         log(f"{spec.name}: rope SD {entry['sd']} {unit} over seeds {entry['source_seeds']} of {spec.source}; "
             f"n = {n} detects {entry['mde']} {unit} (n = 3: {entry['mde_at_3']})" +
@@ -386,7 +407,7 @@ def _rounded(x: float) -> float | None:
 
 def cost(suite: Suite, log=print) -> pd.DataFrame:
     """CPU-seconds per job of each scheme on each calibrated task, from committed records of the same setting (any
-    seed, any table): the scheme's own where recorded, else rope's × the scheme's median ratio to rope over the
+    seed, any table; their median, so one job slowed by a busy host moves it little): the scheme's own where recorded, else rope's × the scheme's median ratio to rope over the
     settings where both are recorded, else rope's (labelled)."""
     schemes = group_choices("pos")
     everything = card_records.records_under(Path("results"))
@@ -401,7 +422,7 @@ def cost(suite: Suite, log=print) -> pd.DataFrame:
                     and r.config.get("pos.name") == scheme and r.config.get("task.name") == spec.name
                     and card_records.same_setting(want, r.config)]
             rows.append({"task": spec.name, "pos": scheme, "recorded": len(same),
-                         "wall_s": float(pd.Series(same).mean()) if same else math.nan})
+                         "wall_s": float(pd.Series(same).median()) if same else math.nan})
     table = pd.DataFrame(rows)
     ratios = _scheme_ratios(everything)
     rope = table[table["pos"] == "rope"].set_index("task")["wall_s"]
@@ -424,12 +445,18 @@ def cost(suite: Suite, log=print) -> pd.DataFrame:
              f"{fewest} seeds each": (table["wall_s"].sum() * fewest / 3600,
                                       table.groupby("task", sort=False)["wall_s"].mean().sum() * fewest / 3600)}
     per_card = (table.groupby("task", sort=False)["job_s"].mean() / 3600).round(2)
+    for tier, names in suite.tiers.items():
+        minutes = 60 * per_card[[n for n in names if n in per_card.index]].sum()
+        hours[f"tier {tier} ({', '.join(names)})"] = (
+            table[table["task"].isin(names)]["job_s"].sum() / 3600, minutes / 60)
     seeds = ", ".join(f"{t} {len(suite.seeds_for(t))}" for t in table["task"].unique())
     lines = [markdown_table(table.assign(wall_s=table["wall_s"].round(0), job_s=table["job_s"].round(0))
                             .set_index("task"), "task"), ""]
     for which, (whole, one) in hours.items():
-        lines.append(f"{which}: baseline table ({len(schemes)} schemes × {table['task'].nunique()} tasks) "
-                     f"{whole:.1f} CPU-hours; one card (the mean scheme) {one:.1f} CPU-hours")
+        count = len(suite.tiers[which.split()[1]]) if which.startswith("tier ") else table["task"].nunique()
+        lines.append(f"{which}: baseline table ({len(schemes)} schemes × {count} tasks) "
+                     f"{whole:.1f} CPU-hours; one card (the mean scheme) {one:.1f} CPU-hours = {60 * one:.0f} "
+                     "CPU-minutes")
     lines += [f"planned seeds: {seeds}; one card by task (CPU-hours): "
               + ", ".join(f"{t} {h:g}" for t, h in per_card.items()),
              "source: summary.json wall_seconds of committed records of the same setting (any seed); two one-thread "
@@ -466,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("--args", default="", help="overrides: pos.<option>=… (a card of that option); how jobs run")
         q.add_argument("--dry-run", action="store_true", help="print what would train; train and write nothing")
     s.add_argument("--no-train", action="store_true", help="write the card from the records there are")
+    s.add_argument("--tier", default="", help="quick (the cheap tasks) or full (default: full, or TASKS)")
+    sub.add_parser("readme", help="results/card/README.md: the baseline table, its heat map and ranking")
     pl = sub.add_parser("plan", help="the suite's plan block from the source records")
     pl.add_argument("--print", action="store_true", help="print only; leave the suite file as it is")
     sub.add_parser("cost", help="CPU-hours of the baseline table and of one card, from recorded wall times")
@@ -473,8 +502,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         suite = card_suite.load(args.suite)
         if args.command == "score":
-            return score(request(args.pos, args.tasks, args.args, suite), args.results, args.dry_run,
-                         train=not args.no_train)
+            tasks = args.tasks or (suite.tier(args.tier) if args.tier else None)
+            return score(request(args.pos, tasks, args.args, suite), args.results, args.dry_run,
+                         train=not args.no_train, tier=args.tier or ("" if args.tasks else "full"))
+        if args.command == "readme":
+            out = card_report.write_cross_table(suite, list(suite.tasks.values()), args.results, args.results,
+                                                name="README.md")
+            print(f"written: {runs.shorter(out)}")
+            return 0
         if args.command == "baselines":
             return baselines(suite, args.tasks or None, args.args, args.results, args.dry_run)
         if args.command == "plan":

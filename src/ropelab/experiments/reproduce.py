@@ -8,9 +8,17 @@ pinned to its identity (``ropelab.core.identity``: the AdamW kernel, compile, pr
 
 - on the CPU kind that made it (the model and speed flags its summary.json records, torch's version and the
   threads alike): its metrics.csv must be bit-identical (wall-time columns aside) — README's rule;
-- on another kind: its final exact-match metrics must lie within the table's spread over the seeds of the same
-  cell (the records that differ from it in the seed only): their range widened by their standard deviation on
-  each side. A cell of one seed has no spread to compare against, which is said.
+- on another kind: the final metrics a verdict reads (``VERDICT_METRICS``: accuracy and loss, in distribution and
+  OOD) must lie within the table's spread over the seeds of the same cell (the records that differ from it in the
+  seed only): their range widened by their standard deviation on each side. A metric stuck at one value over every
+  seed (an exact match at 0) tells nothing and is not compared; the line names what was. A cell of one seed has no
+  spread to compare against, which is said.
+
+``--kind-check`` instead measures what the machine kind does (``ropelab.core.identity.pairable`` reads it): the
+chosen records retrained here, the paired differences (here − record) of the verdict metrics, their mean with a
+95 % interval, against the seed SD of the table's cells; written to results/kind_check/<kind>__<kind>/ (commit it).
+The kind is bounded when the interval's far end is within one seed SD for every metric. The retraining code must
+be the records' computation: the same commit, or one an equivalence record joins to it.
 
 One line per job, the table's identity (one, or mixed), and a verdict line; exit 0 when every job reproduced.
 """
@@ -43,7 +51,12 @@ RESULTS = REPO / "results"
 DEFAULT_JOBS = 3
 SCRATCH = runs.RUNS_ROOT / "reproduce"
 WALL_TIME = re.compile(r"(time|seconds|per_s(ec)?)\b")  # metrics.csv columns that measure the clock, not the run
-SPREAD_METRICS = ("val/exact", "test/exact", "ood/exact")
+VERDICT_METRICS = ("val/acc", "val/loss", "ood/acc", "ood/loss", "test/acc", "test/loss")   # what verdicts read
+
+
+def tables_with_records() -> list[str]:
+    """The tables under results/ that hold a completed record (a job folder, or one folder deeper: card/<task>/)."""
+    return sorted(p.name for p in RESULTS.iterdir() if p.is_dir() and records_of(p)) if RESULTS.is_dir() else []
 
 
 def table_dir(table: str | Path) -> Path:
@@ -52,8 +65,8 @@ def table_dir(table: str | Path) -> Path:
     if not path.is_dir() and (RESULTS / table).is_dir():
         path = RESULTS / table
     if not path.is_dir():
-        choices = sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
-        raise ConfigError(f"TABLE={table} is no table: choose one of {', '.join(choices)} (or a folder of records)")
+        raise ConfigError(f"TABLE={table} is no table: choose one of {', '.join(tables_with_records())} (or a "
+                          "folder of records)")
     return path
 
 
@@ -61,10 +74,20 @@ def _load(record: Path) -> tuple[dict, dict]:
     return json.loads((record / runs.SUMMARY).read_text()), yaml.safe_load((record / "config.yaml").read_text())
 
 
+def _record(job: Path) -> bool:
+    return job.is_dir() and not job.name.startswith(".") and bool(runs.recorded(job)) and (job / "config.yaml").is_file()
+
+
 def records_of(table: Path) -> list[Path]:
-    """The table's completed records (job folders with a completed summary.json and a config.yaml), by name."""
-    return [job for job in sorted(table.iterdir()) if job.is_dir() and not job.name.startswith(".")
-            and runs.recorded(job) and (job / "config.yaml").is_file()]
+    """The table's completed records (job folders with a completed summary.json and a config.yaml, or one folder
+    deeper: the card's results/card/<task>/<job>), by name."""
+    found = []
+    for job in sorted(table.iterdir()) if table.is_dir() else ():
+        if _record(job):
+            found.append(job)
+        elif job.is_dir() and not job.name.startswith("."):
+            found += [sub for sub in sorted(job.iterdir()) if _record(sub)]
+    return found
 
 
 def choose(records: list[Path], jobs: str | int, names: list[str]) -> list[Path]:
@@ -170,21 +193,30 @@ def cell_key(saved: dict) -> tuple:
                         if k != "seed" and not identity.bookkeeping(k) and k not in identity.COMPUTE))
 
 
-def seed_spread(record: Path, table: Path) -> dict[str, tuple[float, float, int]]:
-    """{metric: (low, high, n)} over the table's records of ``record``'s cell: the range widened by one standard
-    deviation each side; n the number of seeds."""
+def cell_values(record: Path, table: Path) -> dict[str, list[float]]:
+    """{metric: the final values of the table's records of ``record``'s cell (its seeds)}."""
     key = cell_key(_load(record)[1])
     values: dict[str, list[float]] = {}
     for other in records_of(table):
         summary, saved = _load(other)
         if cell_key(saved) != key:
             continue
-        for metric in SPREAD_METRICS:
-            if metric in (summary.get("final") or {}):
-                values.setdefault(metric, []).append(float(summary["final"][metric]))
+        for metric in VERDICT_METRICS:
+            value = (summary.get("final") or {}).get(metric)
+            if isinstance(value, (int, float)) and np.isfinite(value):
+                values.setdefault(metric, []).append(float(value))
+    return values
+
+
+def seed_spread(record: Path, table: Path) -> dict[str, tuple[float, float, int]]:
+    """{metric: (low, high, n)} over the table's records of ``record``'s cell: the range widened by one standard
+    deviation each side; n the number of seeds. A metric stuck at one value over the seeds is left out: it would
+    pass whatever was trained."""
     spread = {}
-    for metric, xs in values.items():
-        sd = float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+    for metric, xs in cell_values(record, table).items():
+        if len(set(xs)) < 2:
+            continue
+        sd = float(np.std(xs, ddof=1))
         spread[metric] = (min(xs) - sd, max(xs) + sd, len(xs))
     return spread
 
@@ -215,21 +247,123 @@ def reproduce_one(record: Path, table: Path, out: Path) -> tuple[str, str]:
             return "bit-identical", (f"{record.name}: bit-identical (metrics.csv, {retrained.get('steps')} steps"
                                      f"{'; ' + note if note else ''}; {where})")
         return "differs", f"{record.name}: NOT bit-identical on the CPU kind that made it: {diff} ({where})"
+    key = cell_key(saved)
+    pairs, reason = identity.pairable([s for s, c in map(_load, records_of(table)) if cell_key(c) == key])
+    if not pairs:   # the one rule: a spread over seeds of several computations is no spread of one
+        return "no-spread", f"{record.name}: other CPU kind ({kind_differs}): the cell's seeds are not one computation ({reason})"
     spread = seed_spread(record, table)
     final = retrained.get("final") or {}
-    compared = [(m, final[m], *spread[m]) for m in SPREAD_METRICS if m in spread and m in final]
+    compared = [(m, final[m], *spread[m]) for m in VERDICT_METRICS if m in spread and m in final]
+    stuck = [m for m, xs in cell_values(record, table).items() if m not in spread and len(xs) > 1]
     shown = ", ".join(f"{m} {x:.4f} in [{lo:.4f}, {hi:.4f}]" if lo <= x <= hi else f"{m} {x:.4f} outside [{lo:.4f}, {hi:.4f}]"
                       for m, x, lo, hi, _ in compared)
     seeds = max((n for *_, n in compared), default=0)
+    aside = f"; not compared, the same over every seed: {', '.join(stuck)}" if stuck else ""
     if seeds < 2:
-        return "no-spread", f"{record.name}: other CPU kind ({kind_differs}): no seed spread to compare ({seeds} seed)"
+        return "no-spread", (f"{record.name}: other CPU kind ({kind_differs}): no seed spread of a verdict metric "
+                             f"({', '.join(VERDICT_METRICS)}) to compare ({seeds} seeds{aside})")
     inside = all(lo <= x <= hi for _, x, lo, hi, _ in compared)
     return ("within-spread" if inside else "outside-spread"), (
-        f"{record.name}: other CPU kind ({kind_differs}): {'within' if inside else 'NOT within'} seed spread "
-        f"({shown}; {seeds} seeds, range ± sd; {where})")
+        f"{record.name}: other CPU kind ({kind_differs}): compared {', '.join(m for m, *_ in compared)}: "
+        f"{'within' if inside else 'NOT within'} seed spread ({shown}; {seeds} seeds, range ± sd{aside}; {where})")
 
 
 REPRODUCED = ("bit-identical", "within-spread")
+
+
+# ----------------------------------------------------------------------------------------------- the kind check
+
+def _scaled(metric: str) -> float:
+    return 100.0 if metric.endswith("/acc") else 1.0
+
+
+def seed_sd(table: Path, metric: str) -> float:
+    """The table's seed SD of ``metric``: pooled over its cells of two or more seeds (√ of the mean variance)."""
+    cells: dict[tuple, list[float]] = {}
+    for record in records_of(table):
+        summary, saved = _load(record)
+        value = (summary.get("final") or {}).get(metric)
+        if isinstance(value, (int, float)) and np.isfinite(value):
+            cells.setdefault(cell_key(saved), []).append(float(value) * _scaled(metric))
+    variances = [np.var(xs, ddof=1) for xs in cells.values() if len(xs) > 1]
+    return float(np.sqrt(np.mean(variances))) if variances else float("nan")
+
+
+def bound(diffs: list[float], metric: str) -> tuple[float, float, float]:
+    """(mean, low, high): the paired differences' mean and 95 % t interval; an accuracy's stays in ±100 pts (the
+    difference of two proportions)."""
+    from scipy.stats import t as student
+
+    mean = float(np.mean(diffs))
+    half = float(student.ppf(0.975, len(diffs) - 1) * np.std(diffs, ddof=1) / np.sqrt(len(diffs))) \
+        if len(diffs) > 1 else float("inf")
+    low, high = mean - half, mean + half
+    if metric.endswith("/acc"):
+        low, high = max(low, -100.0), min(high, 100.0)
+    return mean, low, high
+
+
+def kind_check(table: Path, chosen: list[Path], out: Path, results: Path = RESULTS) -> tuple[int, Path | None]:
+    """Retrain ``chosen`` here and measure what the kind moves; writes results/kind_check/<kind>__<kind>/."""
+    from ropelab.core.train import run
+
+    here = machine.describe()
+    here_kind, here_commit = identity.kind_of({"machine": here}), str(here.get("commit") or "unknown")[:7]
+    loaded = [(r, *_load(r)) for r in chosen]
+    kinds = sorted({identity.kind_of(s) for _, s, _ in loaded})
+    commits = sorted({identity.commit_of(s) for _, s, _ in loaded})
+    if len(kinds) != 1 or kinds[0] == here_kind:
+        raise ConfigError(f"--kind-check needs records of one other kind: these ran on {', '.join(kinds)}, this "
+                          f"machine is {here_kind}")
+    links = identity.equivalent_commits(results)
+    if not identity._joined([here_commit, *commits], links):
+        raise ConfigError(f"--kind-check: the records ran at {', '.join(commits)}, this code is {here_commit}, and "
+                          f"no equivalence record joins them: run it from a worktree at {commits[0]}, or first "
+                          f"`python -m ropelab.experiments.campaign --equivalence {commits[0]} {here_commit} "
+                          f"--jobs-from {table.name}`")
+    jobs, diffs = [], {}
+    for record, summary, saved in loaded:
+        scratch = out / table.name / record.name
+        if scratch.exists():
+            shutil.rmtree(scratch)
+        retrained = run(pinned_config(summary, saved), scratch, record_dir=None)
+        if retrained.get("status") != "completed":
+            print(f"{record.name}: retrained run {retrained.get('status')}: left out", flush=True)
+            continue
+        pair = {}
+        for metric in VERDICT_METRICS:
+            a, b = (summary.get("final") or {}).get(metric), (retrained.get("final") or {}).get(metric)
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and np.isfinite(a) and np.isfinite(b):
+                pair[metric] = {"record": a, "here": b}
+                diffs.setdefault(metric, []).append((b - a) * _scaled(metric))
+        jobs.append({"job": str(record.relative_to(table)), **pair})
+        print(f"{record.name}: " + ", ".join(f"{m} {v['record']:.4f} → {v['here']:.4f}" for m, v in pair.items()),
+              flush=True)
+    metrics, says = {}, []
+    for metric, ds in diffs.items():
+        sd = seed_sd(table, metric)
+        if len(ds) < 2 or not np.isfinite(sd) or sd == 0:
+            continue   # a metric stuck at one value over the seeds bounds nothing
+        mean, low, high = bound(ds, metric)
+        moves = max(abs(low), abs(high))
+        unit = " pts" if metric.endswith("/acc") else ""
+        metrics[metric] = {"mean_diff": round(mean, 4), "low": round(low, 4), "high": round(high, 4), "n": len(ds),
+                           "seed_sd": round(sd, 4), "moves_at_most": round(moves, 4), "bounded": bool(moves <= sd)}
+        says.append(f"{metric} moves by at most {moves:.3g}{unit} (here − record {mean:+.3g} [{low:+.3g}, "
+                    f"{high:+.3g}], n={len(ds)}; seed SD {sd:.3g}{unit})")
+    if not metrics:
+        print("kind check: no verdict metric varies over the seeds (or fewer than 2 jobs): nothing bounded")
+        return 1, None
+    bounded = all(m["bounded"] for m in metrics.values())
+    folder = results / identity.KIND_CHECK / f"{identity.slug(kinds[0])}__{identity.slug(here_kind)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps({
+        "status": "completed", "kinds": [kinds[0], here_kind], "commits": [*commits, here_commit],
+        "table": table.name, "bounded": bounded, "says": "; ".join(says), "metrics": metrics, "jobs": jobs},
+        indent=1) + "\n")
+    print(f"kind check: {kinds[0]} vs {here_kind}: {'bounded' if bounded else 'NOT bounded'} — {'; '.join(says)}")
+    print(f"written: {runs.shorter(folder)} (commit it)")
+    return (0 if bounded else 1), folder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
                         "fastest-trained) or all")
     parser.add_argument("--job", action="append", default=[], help="a record's folder name (repeatable)")
     parser.add_argument("--out", type=Path, default=SCRATCH, help="the scratch folder (default runs/reproduce)")
+    parser.add_argument("--kind-check", action="store_true", help="measure what this machine kind moves against "
+                        "the records' kind; writes results/kind_check/ (see above)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
@@ -249,11 +385,18 @@ def main(argv: list[str] | None = None) -> int:
         table = table_dir(args.table)
         records = records_of(table)
         if not records:
-            raise ConfigError(f"{table} holds no completed record to reproduce")
+            raise ConfigError(f"{runs.shorter(table)} holds no completed record to reproduce: choose one of "
+                              f"{', '.join(tables_with_records())}")
         chosen = choose(records, args.jobs, args.job)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.kind_check:
+        try:
+            return kind_check(table, chosen, args.out)[0]
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     print(f"{runs.shorter(table)}: {len(records)} records, {identity.describe(identity.table(table))}; "
           f"retraining {len(chosen)} into {runs.shorter(args.out / table.name)}", flush=True)
     outcomes = []

@@ -1,0 +1,595 @@
+"""``python -m ropelab.experiments.campaign`` (``ropelab campaign``): every declared job that has no completed
+record, trained one thread per job from a worktree at a pinned commit, each record committed as it lands.
+
+What is declared (read, never re-declared here):
+
+- the table presets, conf/experiment/*.yaml that name a ``record:`` table: their ``hydra.sweeper.params`` grid,
+  once per entry of their ``variants:`` (override strings; "" is the plain grid; absent = [""]);
+- the claims (conf/claims/*.yaml): each claim's compared group is its table's jobs matching its ``where``, its
+  ``axis`` ``values``, its ``a``/``b`` selections and its ``seeds``;
+- the card suite (conf/card/suite.yaml): every scheme of conf/pos/ on each calibrated task at the planned seeds;
+  a card row's group is the task's whole baseline table.
+
+A job is recorded when ``results/<table>/<job>/summary.json`` says completed, in this checkout's files or on the
+records branch (``--branch``). The job's folder name is Hydra's (the sorted overrides minus
+``ropelab.core.identity.job_name_excludes``), its overrides ``ropelab.core.train.sweep_jobs``'. Work is ordered so
+that verdicts complete soonest: one group (a claim, a card row, else a preset's grid) whole before the next, the
+cheapest group first; cost is each job's steps × the median seconds per step of committed records of the same
+setting (a busy host's slow job moves a median little).
+
+Records are committed on their own branch (default ``campaign-records``) without touching any index or work tree
+of the repository: the files are hashed into the object store, a tree is built in a temporary index
+(``GIT_INDEX_FILE``) from the branch's tree plus the record, ``commit-tree`` makes the commit and ``update-ref``
+moves the branch only if it still points where it did (compare-and-swap; a held lock or a lost race retries).
+That is one atomic ref update per record: a record is on the branch whole or not at all, and the user's branches,
+index and files are never written. (A branch named ``campaign/records`` cannot coexist with a branch named
+``campaign``; hence the dash.) Killed at any moment, the jobs in flight are lost; a record written to the worktree
+but not yet committed is committed at the next start. Another machine resumes from a fresh clone once it has the
+branch (``git fetch origin campaign-records:campaign-records``).
+
+    python -m ropelab.experiments.campaign --plan [--tables a,b]
+    python -m ropelab.experiments.campaign --jobs 2 [--commit REV] [hydra/launcher=slurm …]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+from ropelab.core import identity
+from ropelab.core.cli import CONF_DIR, REPO
+from ropelab.core.errors import ConfigError
+
+BRANCH = "campaign-records"
+CARD = "card"
+WORKTREE = Path("runs/campaign/worktree")
+LOCK_RETRIES = 120
+
+
+# ----------------------------------------------------------------------------------------------- jobs
+
+@dataclass
+class Job:
+    table: str                  # results/<table>
+    name: str                   # the job's folder (Hydra's override_dirname)
+    argv: list[str]             # train.py -m <argv>: one job
+    values: dict[str, Any]      # the keys claims select on (task.name, pos.name, seed, the axes …)
+    source: str                 # the preset (or card/<task>) that declares it
+    groups: list[str] = field(default_factory=list)
+    cost: float = 0.0           # estimated CPU-seconds
+
+    @property
+    def key(self) -> str:
+        return f"{self.table}/{self.name}"
+
+    @property
+    def steps(self) -> int:
+        return int(self.values.get("trainer.max_steps") or 0)
+
+
+def job_name(lines: Iterable[str], excluded: Iterable[str] | None = None) -> str:
+    """A job's folder name as Hydra writes it: its override lines, those of excluded keys left out, sorted."""
+    skip = set(identity.job_name_excludes() if excluded is None else excluded)
+    return ",".join(sorted(line for line in lines if line.split("=", 1)[0].lstrip("+~") not in skip))
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _values(base: dict[str, Any], lines: Iterable[str]) -> dict[str, Any]:
+    out = dict(base)
+    for line in lines:
+        key, _, value = line.partition("=")
+        key = key.lstrip("+~")
+        if key in ("task", "pos"):
+            out[f"{key}.name"] = value
+        elif "/" not in key and key != "experiment":
+            out[key] = _scalar(value)
+    return out
+
+
+def presets(conf: Path = CONF_DIR) -> dict[str, dict]:
+    """preset name → its YAML as written (``record``, ``variants``, …), for the presets that record a table."""
+    out = {}
+    for path in sorted((conf / "experiment").glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text()) or {}
+        if raw.get("record"):
+            out[path.stem] = raw
+    return out
+
+
+def table_of(preset: dict) -> str:
+    return Path(str(preset["record"])).relative_to("results").as_posix()
+
+
+@functools.cache
+def _base_values(overrides: tuple[str, ...]) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    from ropelab.core.config import compose, flatten
+
+    return flatten(OmegaConf.to_container(compose(list(overrides)), resolve=True))
+
+
+def preset_jobs(name: str, preset: dict) -> list[Job]:
+    """Every job of a preset: its grid once per variant, in Hydra's order."""
+    from ropelab.core.train import sweep_jobs
+
+    jobs = []
+    for variant in preset.get("variants") or [""]:
+        argv = [f"experiment={name}", *shlex.split(variant)]
+        plain = tuple(a for a in argv if "," not in a.partition("=")[2])
+        base = _base_values(plain)
+        for lines in sweep_jobs(argv):
+            jobs.append(Job(table_of(preset), job_name(lines), lines, _values(base, lines), name))
+    return jobs
+
+
+def card_jobs(suite=None) -> list[Job]:
+    """The card suite's baseline table: every scheme of conf/pos/ on each calibrated task at its planned seeds."""
+    from ropelab.analysis import card_suite
+    from ropelab.core.cli import group_choices
+    from ropelab.experiments import card
+
+    suite = suite or card_suite.load()
+    jobs = []
+    for spec in suite.tasks.values():
+        if not spec.calibrated:
+            continue
+        base = _base_values((f"task={spec.name}", *spec.overrides()))
+        for scheme in group_choices("pos"):
+            req = card.Request(suite=suite, scheme=scheme, options={}, how=[], trial={}, specs=[spec])
+            for seed in suite.seeds_for(spec.name):
+                argv = card.train_command(req, spec, [seed], card.RESULTS)[3:]
+                name = card.job_name(req, spec, seed)
+                job = Job(f"{CARD}/{spec.name}", name, argv, _values(base, [f"pos={scheme}", f"seed={seed}"]),
+                          f"card/{spec.name}", groups=[f"card {spec.name}"])
+                jobs.append(job)
+    return jobs
+
+
+def claim_groups(jobs: list[Job], conf: Path = CONF_DIR) -> None:
+    """Add to each job the claims whose compared group holds it: its table, ``where``, axis values, ``a``/``b``
+    selections (the claim's and its parts'), and planned ``seeds``."""
+    from ropelab.analysis.claims import _same
+
+    by_table: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_table.setdefault(job.table, []).append(job)
+    for path in sorted((conf / "claims").glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text()) or {}
+        for claim in raw.get("claims") or []:
+            table = str(claim.get("table") or "").split("/")[0]
+            if table not in by_table:
+                continue
+            dotted = lambda sel: {k: v for k, v in (sel or {}).items() if "." in k}  # noqa: E731
+            where = dotted(claim.get("where"))
+            picks = []
+            for part in [claim, *(claim.get("parts") or [])]:
+                scope = {**where, **dotted(part.get("where"))} if part is not claim else where
+                cells = [s for s in (part.get("a"), part.get("b")) if s]
+                picks += [{**scope, **dotted(s)} for s in cells] or ([scope] if part is not claim else [])
+            picks = picks or [where]
+            axis, values, seeds = claim.get("axis"), claim.get("values"), claim.get("seeds")
+
+            def holds(job: Job) -> bool:
+                v = job.values
+                return ((seeds is None or any(_same(v.get("seed"), s) for s in seeds))
+                        and (not axis or values is None or any(_same(v.get(axis), x) for x in values))
+                        and any(all(_same(v.get(k), x) for k, x in s.items()) for s in picks))
+
+            group = f"claim {raw.get('paper', path.stem)}:{claim.get('id') or claim.get('name')}"
+            for job in by_table[table]:
+                if holds(job):
+                    job.groups.append(group)
+
+
+def check_tables(tables: list[str] | None, conf: Path = CONF_DIR, card: bool = True, option: str = "--tables") -> None:
+    """An unknown table name is one ConfigError naming the declared ones."""
+    choices = sorted({table_of(p) for p in presets(conf).values()} | ({CARD} if card else set()))
+    for table in tables or []:
+        if table not in choices:
+            raise ConfigError(f"{option} {table}: no such table: choose from {', '.join(choices)}")
+
+
+def declared(tables: list[str] | None = None, conf: Path = CONF_DIR, card: bool = True) -> list[Job]:
+    """Every declared job (the presets', the card's), with its groups; ``tables`` restricts to those tables
+    (results folder names; ``card`` is the card's). An unknown table is one ConfigError naming the choices."""
+    found = presets(conf)
+    check_tables(tables, conf, card)
+    jobs = [j for name, p in found.items() if not tables or table_of(p) in tables for j in preset_jobs(name, p)]
+    if card and (not tables or CARD in tables):
+        jobs += card_jobs()
+    unique: dict[str, Job] = {}
+    for job in jobs:   # a job two presets declare (a variant of one is the other's grid) is one job
+        unique.setdefault(job.key, job)
+    jobs = list(unique.values())
+    claim_groups(jobs, conf)
+    for job in jobs:
+        if not job.groups:
+            job.groups.append(f"table {job.source}")
+    return jobs
+
+
+# ----------------------------------------------------------------------------------------------- records
+
+def git(repo: Path, *args: str, env: dict | None = None, check: bool = True, input: str | None = None) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, input=input,
+                          env={**os.environ, **(env or {})})
+    if check and done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _completed(text: str) -> bool:
+    try:
+        return json.loads(text).get("status") == "completed"
+    except (ValueError, AttributeError):
+        return False
+
+
+def _completed_file(record: Path) -> bool:
+    """A completed record folder (a link to another table's record counts: it is read through)."""
+    try:
+        return _completed((record / "summary.json").read_text())
+    except OSError:
+        return False
+
+
+def recorded_on_branch(repo: Path, branch: str) -> dict[str, dict]:
+    """<table>/<job> → summary of every completed record on ``branch`` (empty when it does not exist)."""
+    if not git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False):
+        return {}
+    paths = [p for p in git(repo, "ls-tree", "-r", "--name-only", branch, "--", "results").splitlines()
+             if p.endswith("/summary.json")]
+    if not paths:
+        return {}
+    out = subprocess.run(["git", "cat-file", "--batch"], cwd=repo, capture_output=True,
+                         input="".join(f"{branch}:{p}\n" for p in paths).encode()).stdout
+    found, pos = {}, 0
+    for p in paths:
+        header_end = out.index(b"\n", pos)
+        size = int(out[pos:header_end].split()[2])
+        body = out[header_end + 1:header_end + 1 + size].decode(errors="replace")
+        pos = header_end + 1 + size + 1
+        if _completed(body):
+            found[p[len("results/"):-len("/summary.json")]] = json.loads(body)
+    return found
+
+
+def recorded_in(results: Path) -> dict[str, dict]:
+    """<table>/<job> → summary of every completed record under a results folder."""
+    found = {}
+    for summary in Path(results).glob("**/summary.json"):
+        try:
+            text = summary.read_text()
+        except OSError:
+            continue
+        if _completed(text):
+            found[summary.parent.relative_to(results).as_posix()] = json.loads(text)
+    return found
+
+
+def commit_record(repo: Path, branch: str, base: str, folder: Path, rel: str, message: str,
+                  retries: int = LOCK_RETRIES) -> str:
+    """Commit the files of ``folder`` as ``rel`` (results/<table>/<job>) on ``branch`` (created at ``base``) in
+    one ref update; the user's index and files untouched. Retries while a lock is held or the branch moved."""
+    files = sorted(p for p in Path(folder).rglob("*") if p.is_file())
+    blobs = [(git(repo, "hash-object", "-w", str(p.resolve())), f"{rel}/{p.relative_to(folder).as_posix()}")
+             for p in files]
+    for attempt in range(retries):
+        parent = git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            try:
+                git(repo, "read-tree", parent or base, env=env)
+                git(repo, "update-index", "--add", "--index-info", env=env,
+                    input="".join(f"100644 {blob}\t{path}\n" for blob, path in blobs))
+                tree = git(repo, "write-tree", env=env)
+                commit = git(repo, "commit-tree", tree, "-p", parent or base, "-m", message)
+                git(repo, "update-ref", f"refs/heads/{branch}", commit, parent or "0" * 40)
+                return commit
+            except RuntimeError:
+                time.sleep(min(0.2 * (attempt + 1), 5))
+    raise RuntimeError(f"could not commit {rel} on {branch} after {retries} tries (a git lock held?)")
+
+
+# ----------------------------------------------------------------------------------------------- cost and order
+
+def _per_step(summary: dict) -> float | None:
+    wall, steps = summary.get("wall_seconds"), summary.get("steps") or summary.get("max_steps")
+    return wall / steps if wall and steps else None
+
+
+def estimate(jobs: list[Job], recorded: dict[str, dict]) -> None:
+    """Each job's CPU-seconds: its steps × the median seconds per step of completed records of the same setting
+    (same table and name but the seed), else of the same task and scheme at the same steps, else the same task,
+    else every record."""
+    by_setting: dict[tuple, list[float]] = {}
+    by_task_pos_steps: dict[tuple, list[float]] = {}
+    by_task: dict[str, list[float]] = {}
+    every: list[float] = []
+    for key, summary in recorded.items():
+        rate = _per_step(summary)
+        if rate is None:
+            continue
+        table, _, name = key.rpartition("/")
+        by_setting.setdefault((table, _unseeded(name)), []).append(rate)
+        by_task_pos_steps.setdefault((summary.get("task"), summary.get("pos"), summary.get("max_steps")), []).append(rate)
+        by_task.setdefault(summary.get("task"), []).append(rate)
+        every.append(rate)
+    for job in jobs:
+        v = job.values
+        for rates in (by_setting.get((job.table, _unseeded(job.name))),
+                      by_task_pos_steps.get((v.get("task.name"), v.get("pos.name"), job.steps)),
+                      by_task.get(v.get("task.name")), every):
+            if rates:
+                job.cost = job.steps * statistics.median(rates)
+                break
+
+
+def _unseeded(name: str) -> str:
+    return ",".join(p for p in name.split(",") if not p.startswith("seed="))
+
+
+def order(jobs: list[Job], done: set[str]) -> list[tuple[str, list[Job], float]]:
+    """(group, its jobs left, their CPU-seconds), the cheapest group first; a job in several groups runs with the
+    first of them to come."""
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.key not in done:
+            for group in job.groups:
+                groups.setdefault(group, []).append(job)
+    ranked = sorted(groups.items(), key=lambda kv: (sum(j.cost for j in kv[1]), kv[0]))
+    taken: set[str] = set()
+    out = []
+    for group, members in ranked:
+        left = [j for j in members if j.key not in taken]
+        taken.update(j.key for j in left)
+        if left:
+            out.append((group, left, sum(j.cost for j in left)))
+    return out
+
+
+def plan_text(plan: list[tuple[str, list[Job], float]]) -> str:
+    lines = [f"{'group':58} {'jobs':>5} {'CPU-h':>7}"]
+    for group, left, seconds in plan:
+        lines.append(f"{group[:58]:58} {len(left):5d} {seconds / 3600:7.2f}")
+    total = sum(len(left) for _, left, _ in plan)
+    lines.append(f"{'total':58} {total:5d} {sum(s for *_, s in plan) / 3600:7.2f}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------- the worktree
+
+def pin(repo: Path, rev: str, main: str = "main") -> str:
+    commit = git(repo, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}", check=False)
+    if not commit:
+        raise ConfigError(f"--commit {rev}: no such commit in {repo}")
+    if subprocess.run(["git", "merge-base", "--is-ancestor", commit, main], cwd=repo,
+                      capture_output=True).returncode != 0:
+        raise ConfigError(f"--commit {rev} ({commit[:7]}) is not an ancestor of {main}: pin a commit of {main}")
+    return commit
+
+
+def worktree(repo: Path, path: Path, commit: str) -> Path:
+    """The worktree at ``path`` checked out at ``commit`` (created if absent); one with uncommitted changes to
+    tracked files is refused (its records, untracked, are outputs)."""
+    path = path if path.is_absolute() else repo / path
+    if not (path / ".git").exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        git(repo, "worktree", "add", "--detach", str(path), commit)
+        return path
+    if dirty := git(path, "status", "--porcelain", "--untracked-files=no"):
+        raise ConfigError(f"worktree {path} has uncommitted changes ({dirty.splitlines()[0].strip()} …): commit or "
+                          "discard them; the campaign trains committed code only")
+    if git(path, "rev-parse", "HEAD") != commit:
+        git(path, "checkout", "-q", "--detach", commit)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+def train_command(job: Job, tree: Path, passthrough: list[str]) -> list[str]:
+    return [sys.executable, str(tree / "train.py"), "-m", *job.argv, "trainer.threads=1", *passthrough]
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f}"
+
+
+def run(jobs: list[Job], plan: list[tuple[str, list[Job], float]], repo: Path, tree: Path, branch: str,
+        commit: str, parallel: int, passthrough: list[str], log: Callable[[str], None] = print,
+        command: Callable[[Job, Path, list[str]], list[str]] = train_command) -> int:
+    """Train the plan's jobs, ``parallel`` at a time, each committed as it lands; 0 when every job was recorded."""
+    env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree}"}
+    queue = [(group, job) for group, left, _ in plan for job in left]
+    total, left_s = len(queue), sum(s for *_, s in plan)
+    done = failed = 0
+    spent = estimated_done = 0.0
+    started = time.time()
+    running: dict[subprocess.Popen, tuple[str, Job, float, Any]] = {}
+    logs = tree / "runs" / "campaign" / "logs"
+    status = 0
+    try:
+        while queue or running:
+            while queue and len(running) < parallel:
+                group, job = queue.pop(0)
+                out = logs / job.table / f"{job.name}.log"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                handle = open(out, "w")
+                proc = subprocess.Popen(command(job, tree, passthrough), cwd=tree, env=env, stdout=handle,
+                                        stderr=subprocess.STDOUT)
+                running[proc] = (group, job, time.time(), handle)
+                log(f"start {job.key} [{group}]")
+            time.sleep(0.2)
+            for proc in [p for p in running if p.poll() is not None]:
+                group, job, t0, handle = running.pop(proc)
+                handle.close()
+                record = tree / "results" / job.table / job.name
+                left_s -= job.cost
+                if (record / "summary.json").is_file() and _completed((record / "summary.json").read_text()):
+                    commit_record(repo, branch, commit, record, f"results/{job.table}/{job.name}",
+                                  f"records: {job.table}/{job.name} (campaign, commit {commit[:7]})")
+                    done += 1
+                    spent += time.time() - t0
+                    estimated_done += job.cost
+                else:
+                    failed += 1
+                    status = 1
+                    log(f"NOT recorded {job.key} (exit {proc.returncode}{why_not(tree, job)}; log {out_rel(tree, job)})")
+                speed = spent / estimated_done if estimated_done else 1.0
+                eta = left_s * speed / parallel
+                log(f"{time.strftime('%H:%M:%S')} done {done}/{total} failed {failed} left {len(queue) + len(running)}"
+                    f" jobs, {_hours(left_s)} CPU-h; ETA {eta / 3600:.1f} h; {job.key} "
+                    f"{time.time() - t0:.0f} s (estimated {job.cost:.0f} s)")
+    except KeyboardInterrupt:
+        for proc in running:
+            proc.terminate()
+        log(f"stopped: {len(running)} jobs in flight lost; run again to resume")
+        return 130
+    log(f"campaign: {done} recorded, {failed} not, {time.time() - started:.0f} s")
+    return status
+
+
+def why_not(tree: Path, job: Job) -> str:
+    """The trainer's own words on why the job left no record (diverged, a trial, an error), from its log."""
+    try:
+        lines = Path(out_rel(tree, job)).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [line.strip() for line in lines if line.strip().startswith(("diverged", "trial,", "error:", "failed"))]
+    return f": {' / '.join(said[:2])[:400]}" if said else ""
+
+
+def out_rel(tree: Path, job: Job) -> str:
+    return str(tree / "runs" / "campaign" / "logs" / job.table / f"{job.name}.log")
+
+
+def salvage(jobs: list[Job], done: set[str], repo: Path, tree: Path, branch: str, commit: str,
+            log: Callable[[str], None] = print) -> None:
+    """Commit records the worktree holds but the branch lacks (a campaign killed between its job's end and the
+    commit)."""
+    for job in jobs:
+        record = tree / "results" / job.table / job.name
+        if job.key not in done and (record / "summary.json").is_file() and \
+                _completed((record / "summary.json").read_text()):
+            commit_record(repo, branch, commit, record, f"results/{job.table}/{job.name}",
+                          f"records: {job.table}/{job.name} (campaign, commit {commit[:7]})")
+            done.add(job.key)
+            log(f"committed {job.key} (recorded before the last stop)")
+
+
+# ----------------------------------------------------------------------------------------------- equivalence
+
+def equivalence(repo: Path, revs: list[str], table: str, count: int, branch: str, main: str,
+                log: Callable[[str], None] = print) -> int:
+    """Retrain the ``count`` cheapest declared jobs of ``table`` at both commits on this machine (one thread, no
+    record) and compare their metrics.csv byte for byte (wall-time columns aside); the outcome is a record,
+    results/equivalence/<a>_<b>/summary.json, in this checkout and committed on ``branch``."""
+    from ropelab.core import machine
+    from ropelab.experiments.reproduce import first_difference
+
+    commits = [pin(repo, rev, main) for rev in revs]
+    trees = [worktree(repo, Path(f"runs/campaign/equivalence-{c[:12]}"), c) for c in commits]
+    jobs = declared([table])
+    estimate(jobs, {**recorded_in(repo / "results"), **recorded_on_branch(repo, branch)})
+    chosen = sorted((j for j in jobs if j.table.split("/")[0] == table.split("/")[0]), key=lambda j: (j.cost, j.name))[:count]
+    outcomes = []
+    for i, job in enumerate(chosen):
+        runs_ = []
+        for commit, tree in zip(commits, trees):
+            out = tree / "runs" / "campaign" / "equivalence" / f"job{i}"   # Hydra's grammar refuses = and , in a path
+            cmd = [sys.executable, str(tree / "train.py"), *[a for a in job.argv if not a.startswith("hydra.job.")],
+                   "trainer.threads=1", "record=null", "rerun=true", f"hydra.run.dir={out}"]
+            env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree}"}
+            done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+            if done.returncode != 0 or not (out / "metrics.csv").is_file():
+                raise ConfigError(f"{job.key} at {commit[:7]} did not train: {done.stderr.strip().splitlines()[-1:]}")
+            runs_.append(out / "metrics.csv")
+        diff, _ = first_difference(runs_[0], runs_[1])
+        outcomes.append({"table": job.table, "job": job.name, "match": not diff, **({"differs": diff} if diff else {})})
+        log(f"{job.key}: {'byte-identical' if not diff else 'differs: ' + diff}")
+    match = bool(outcomes) and all(o["match"] for o in outcomes)
+    rel = f"results/{identity.EQUIVALENCE}/{commits[0][:7]}_{commits[1][:7]}"
+    folder = repo / rel
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps({
+        "status": "completed", "commits": commits, "kind": identity.kind_of({"machine": machine.describe()}),
+        "match": match, "jobs": outcomes}, indent=1) + "\n")
+    commit_record(repo, branch, commits[1], folder, rel, f"records: {rel} (equivalence check)")
+    log(f"equivalence {commits[0][:7]} {commits[1][:7]}: {'the same computation' if match else 'NOT the same'} "
+        f"({sum(o['match'] for o in outcomes)}/{len(outcomes)} jobs byte-identical); {rel}, committed on {branch}")
+    return 0 if match else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ropelab.experiments.campaign", description=__doc__.splitlines()[0])
+    p.add_argument("--plan", action="store_true", help="print the jobs and CPU-hours left by group; train nothing")
+    p.add_argument("--tables", default="", help="comma-separated tables (results/<table>; card); default all")
+    p.add_argument("--jobs", type=int, default=1, help="jobs in parallel, one thread each (default 1)")
+    p.add_argument("--commit", default="HEAD", help="the commit whose code trains (an ancestor of main)")
+    p.add_argument("--main", default="main", help="the branch the pinned commit must be an ancestor of")
+    p.add_argument("--branch", default=BRANCH, help=f"the branch records are committed on (default {BRANCH})")
+    p.add_argument("--worktree", type=Path, default=WORKTREE, help=f"the worktree (default {WORKTREE})")
+    p.add_argument("--equivalence", nargs=2, metavar=("A", "B"), help="are commits A and B one computation? "
+                   "retrain --count jobs of --jobs-from at both here; writes results/equivalence/A_B/")
+    p.add_argument("--jobs-from", default="", help="the table whose cheapest jobs --equivalence retrains")
+    p.add_argument("--count", type=int, default=2, help="how many jobs --equivalence retrains (default 2)")
+    p.add_argument("overrides", nargs="*", help="passed to every job: hydra/launcher=slurm …")
+    args = p.parse_args(argv)
+    repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel", check=False) or REPO)
+    tables = [t for t in args.tables.split(",") if t] or None
+    if args.equivalence:
+        try:
+            check_tables([args.jobs_from], option="--jobs-from")
+            return equivalence(repo, args.equivalence, args.jobs_from, args.count, args.branch, args.main)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    try:
+        if args.jobs < 1:
+            raise ConfigError(f"--jobs {args.jobs}: at least 1")
+        check_tables(tables)
+        commit = None if args.plan else pin(repo, args.commit, args.main)
+        tree = worktree(repo, args.worktree, commit) if commit else None
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if commit and not git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{args.branch}", check=False):
+        if remote := git(repo, "rev-parse", "--verify", "-q", f"refs/remotes/origin/{args.branch}", check=False):
+            git(repo, "update-ref", f"refs/heads/{args.branch}", remote)   # resuming another machine's campaign
+    jobs = declared(tables)
+    on_branch = recorded_on_branch(repo, args.branch)
+    recorded = {**recorded_in(repo / "results"), **on_branch}
+    done = set(on_branch) | {j.key for j in jobs if _completed_file(repo / "results" / j.table / j.name)}
+    if tree is not None:
+        salvage(jobs, done, repo, tree, args.branch, commit)
+    estimate(jobs, recorded)
+    plan = order(jobs, done)
+    print(plan_text(plan), flush=True)
+    if args.plan:
+        return 0
+    return run(jobs, plan, repo, tree, args.branch, commit, args.jobs, args.overrides,
+               log=lambda line: print(line, flush=True))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

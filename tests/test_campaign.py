@@ -1,0 +1,162 @@
+"""The campaign (ropelab.experiments.campaign): planning from the declarations, ordering, records committed whole on
+their own branch, resuming, and the three bad inputs that train nothing. Training is a stand-in script writing a
+record, in a temporary git repository."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ropelab.experiments import campaign as c
+
+FAKE = """
+import json, pathlib, sys
+table, name, status = sys.argv[1:4]
+out = pathlib.Path("results") / table / name
+out.mkdir(parents=True, exist_ok=True)
+(out / "config.yaml").write_text("seed: 0\\n")
+(out / "metrics.csv").write_text("step,val/acc\\n3,0.5\\n")
+(out / "summary.json").write_text(json.dumps({"status": status, "wall_seconds": 1.0, "steps": 3}))
+sys.exit(0 if status == "completed" else 1)
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "t@example.org")
+    git(root, "config", "user.name", "t")
+    (root / "README.md").write_text("x\n")
+    git(root, "add", "README.md")
+    git(root, "commit", "-q", "-m", "first")
+    return root
+
+
+def fake_command(fail: set[str] = frozenset()):
+    def command(job, tree, passthrough):
+        return [sys.executable, "-c", FAKE, job.table, job.name, "failed" if job.name in fail else "completed"]
+    return command
+
+
+def jobs_of(groups: dict[str, list[int]], cost: dict[str, float] | None = None) -> list[c.Job]:
+    out = []
+    for group, seeds in groups.items():
+        for seed in seeds:
+            job = c.Job("fake", f"g={group},seed={seed}", [], {"seed": seed, "trainer.max_steps": 3}, "fake",
+                        groups=[group])
+            job.cost = (cost or {}).get(group, 1.0)
+            out.append(job)
+    return out
+
+
+def test_records_committed_whole_on_their_branch_user_files_untouched_and_a_rerun_resumes(repo):
+    head = git(repo, "rev-parse", "HEAD")
+    tree = c.worktree(repo, Path("runs/campaign/worktree"), head)
+    jobs = jobs_of({"a": [0, 1], "b": [0]})
+    plan = c.order(jobs, set())
+    lines: list[str] = []
+    status = c.run(jobs, plan, repo, tree, c.BRANCH, head, 2, [], log=lines.append,
+                   command=fake_command(fail={"g=b,seed=0"}))
+    assert status == 1
+    files = git(repo, "ls-tree", "-r", "--name-only", c.BRANCH).splitlines()
+    for seed in (0, 1):
+        assert {f"results/fake/g=a,seed={seed}/{f}" for f in ("config.yaml", "metrics.csv", "summary.json")} <= set(files)
+    assert not any("g=b" in f for f in files)          # a failed job leaves nothing on the branch
+    assert git(repo, "rev-list", "--count", c.BRANCH) == "3"   # the first commit + one per record
+    assert git(repo, "rev-parse", "HEAD") == head and git(repo, "status", "--porcelain", "--untracked-files=no") == ""
+    assert any("done 2/3" in l and "CPU-h" in l and "ETA" in l for l in lines)
+    assert any("NOT recorded fake/g=b,seed=0" in l for l in lines)
+    done = set(c.recorded_on_branch(repo, c.BRANCH))
+    assert done == {"fake/g=a,seed=0", "fake/g=a,seed=1"}
+    left = c.order(jobs, done)
+    assert [(g, [j.name for j in js]) for g, js, _ in left] == [("b", ["g=b,seed=0"])]
+
+
+def test_a_record_written_but_not_committed_before_a_stop_is_committed_at_the_next_start(repo):
+    head = git(repo, "rev-parse", "HEAD")
+    tree = c.worktree(repo, Path("wt"), head)
+    jobs = jobs_of({"a": [0]})
+    subprocess.run(fake_command()(jobs[0], tree, [])[:], cwd=tree, check=True)
+    done: set[str] = set()
+    c.salvage(jobs, done, repo, tree, c.BRANCH, head, log=lambda _: None)
+    assert done == {"fake/g=a,seed=0"}
+    assert "results/fake/g=a,seed=0/summary.json" in git(repo, "ls-tree", "-r", "--name-only", c.BRANCH)
+
+
+def test_commit_waits_while_a_lock_is_held(repo, tmp_path):
+    head = git(repo, "rev-parse", "HEAD")
+    record = tmp_path / "rec"
+    record.mkdir()
+    (record / "summary.json").write_text(json.dumps({"status": "completed"}))
+    lock = repo / ".git" / "refs" / "heads" / f"{c.BRANCH}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    with pytest.raises(RuntimeError, match="lock"):
+        c.commit_record(repo, c.BRANCH, head, record, "results/x/y", "m", retries=2)
+    lock.unlink()
+    c.commit_record(repo, c.BRANCH, head, record, "results/x/y", "m", retries=2)
+    assert git(repo, "show", f"{c.BRANCH}:results/x/y/summary.json")
+
+
+def test_order_runs_whole_groups_cheapest_first_and_a_shared_job_once():
+    jobs = jobs_of({"dear": [0, 1], "cheap": [0, 1, 2]}, cost={"dear": 100.0, "cheap": 1.0})
+    shared = jobs[0]
+    shared.groups.append("cheap")
+    plan = c.order(jobs, set())
+    assert [g for g, *_ in plan] == ["cheap", "dear"]
+    assert sorted(j.name for j in plan[0][1]) == ["g=cheap,seed=0", "g=cheap,seed=1", "g=cheap,seed=2", "g=dear,seed=0"]
+    assert [j.name for j in plan[1][1]] == ["g=dear,seed=1"]
+    assert "total" in c.plan_text(plan).splitlines()[-1]
+
+
+def test_estimate_is_robust_to_a_slow_outlier():
+    jobs = jobs_of({"a": [9]})
+    recorded = {f"fake/g=a,seed={s}": {"wall_seconds": w, "steps": 3, "status": "completed"}
+                for s, w in enumerate([3.0, 3.3, 2.7, 300.0])}
+    c.estimate(jobs, recorded)
+    assert jobs[0].cost == pytest.approx(3 * 1.05, rel=0.01)
+
+
+def test_bad_inputs_each_one_line_and_nothing_trains(repo, monkeypatch, capsys):
+    monkeypatch.chdir(repo)
+    assert c.main(["--tables", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nosuch" in err and "momentum_options" in err
+    git(repo, "checkout", "-q", "-b", "side")
+    (repo / "side.txt").write_text("y\n")
+    git(repo, "add", "side.txt")
+    git(repo, "commit", "-q", "-m", "side")
+    assert c.main(["--commit", "side", "--tables", "rope_base"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not an ancestor of main" in err
+    git(repo, "checkout", "-q", "main")
+    tree = c.worktree(repo, Path("runs/campaign/worktree"), git(repo, "rev-parse", "HEAD"))
+    (tree / "README.md").write_text("changed\n")
+    assert c.main(["--tables", "rope_base"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "uncommitted changes" in err
+    assert not git(repo, "branch", "--list", c.BRANCH)
+    assert not (tree / "results").exists()
+
+
+def test_a_preset_expands_to_hydras_job_names_once_per_variant():
+    found = c.presets()
+    options = c.preset_jobs("momentum_options_assoc_recall", found["momentum_options_assoc_recall"])
+    names = {j.name for j in options}
+    assert len(options) == 30 == len(names)
+    assert "pos.momentum.adaptive.enabled=True,pos.momentum.gamma=0,pos=rope,seed=300,task=assoc_recall" in names
+    assert "pos.momentum.gamma=2.0,pos.momentum.warmup_steps=100,pos=rope,seed=302,task=assoc_recall" in names
+    assert {j.table for j in options} == {"momentum_options"}
+    c.claim_groups(options)
+    warmup = [j for j in options if "claim Momentum:options_warmup" in j.groups]
+    assert len(warmup) == 6   # γ 2 with and without the warm-up, 3 seeds (this task's part)
