@@ -791,7 +791,7 @@ def preregistration(root: Path, decided: list[Decided]) -> str:
 
 PAPERS = {"Bifocal": "the-bifocal-papers-claims-against-ours", "PoPE": "the-pope-papers-claims-against-ours",
           "Momentum": "the-momentum-papers-claims-against-ours", "Length": "length-extrapolation-issue-25"}
-COMMAND = "python -m ropelab.claims --write-readme"
+COMMAND = "ropelab claims --write-readme"
 
 
 def _words(decided: list[Decided]) -> str:
@@ -830,7 +830,7 @@ def summary_block(decided: list[Decided]) -> str:
         rows.append({"paper": label, "claim": d.claim.spec["claim"], "verdict": d.verdict.word,
                      "declared": d.prereg.split(":")[0]})
     table = _table(rows, "paper")
-    return (f"**{len(decided)} claims computed from the records by `python -m ropelab.claims` "
+    return (f"**{len(decided)} claims computed from the records by `ropelab claims` "
             f"(`conf/claims/`): {tally(decided)}**\n\n{table}")
 
 
