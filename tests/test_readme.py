@@ -41,11 +41,19 @@ def test_the_tally_says_what_the_claims_tables_say():
     assert all(said == paper for (said, _), (paper, _) in zip(tally, tables))
     headline = re.search(r"\*\*(\d+) claims computed from the records[^:*]*: (.+?)\*\*", README.replace("\n", " "))
     assert int(headline.group(1)) == len(tables)
+    overall, _, after_data = headline.group(2).partition("; ")
     said = Counter()
-    for item in headline.group(2).split(" · "):
+    for item in overall.split(" · "):
         count, word = item.split(" ", 1)
         said[word] += int(count)
     assert said == Counter(verdict for _, verdict in tables)
+    declared_after = [row[2] for row in _rows(README, "| paper | claim | verdict |") if "after the data" in row[3]]
+    assert after_data.startswith(f"declared or edited after the data: {len(declared_after)} (")
+    after_counts = Counter()
+    for item in after_data.split(" (", 1)[1].rstrip(")").split(" · "):
+        count, word = item.split(" ", 1)
+        after_counts[word] += int(count)
+    assert after_counts == Counter(declared_after)
 
 
 def test_the_first_screen_has_the_two_commands_and_the_tally():

@@ -214,9 +214,7 @@ def pairable(records: Iterable[Any], results: Path | None = None, declared: Iter
     claim's own declaration that they may, said in the reason. ``results``: the folder of the check records
     (default the checkout's results/). Equivalence records: ``python -m ropelab.experiments.campaign --equivalence
     A B --jobs-from TABLE``; kind checks: ``python -m ropelab.reproduce TABLE --kind-check``."""
-    from ropelab.core.cli import REPO
-
-    results = Path(results) if results is not None else REPO / "results"
+    results = Path(results) if results is not None else Path(__file__).resolve().parents[3] / "results"
     summaries = [r if isinstance(r, Mapping) else r.summary for r in records]
     commits = sorted({commit_of(s) for s in summaries})
     kinds = sorted({kind_of(s) for s in summaries})

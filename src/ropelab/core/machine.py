@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ropelab.core.cli import REPO
+REPO = Path(__file__).resolve().parents[3]  # the checkout: src/ropelab/core/machine.py
 
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")
 
