@@ -37,10 +37,10 @@ clean: ## remove .venv and the test caches (runs/ and results/ stay: see prune)
 	rm -rf $(VENV) .pytest_cache .hypothesis
 
 # A table is one declaration (conf/experiment/); the campaign runs every planned job of it without a record.
-# TABLE: one or more names (a,b or "a b"); ARGS="--plan" lists the jobs without running them.
+# TABLE: one or more names, comma-separated (a,b); ARGS="--plan" lists the jobs without running them.
 TABLE ?=
 campaign: $(STAMP) ## run a table's jobs that have no record yet: make campaign TABLE=<name> [ARGS=--plan]
-	$(ROPELAB) campaign $(addprefix --table ,$(subst $(comma), ,$(TABLE))) $(ARGS)
+	$(ROPELAB) campaign $(if $(TABLE),--tables $(TABLE)) $(ARGS)
 
 # JOBS: how many records (reproduce's default: the 3 that trained fastest) or all
 JOBS ?=

@@ -75,7 +75,7 @@ def test_bare_make_lists_the_commands_one_line_each():
 
 def test_make_passes_a_table_and_its_arguments_through():
     assert _make("-n", "campaign", "TABLE=bifocal_table1,bio_phase", "ARGS=--plan").stdout.strip().endswith(
-        "-m ropelab campaign --table bifocal_table1 --table bio_phase --plan")
+        "-m ropelab campaign --tables bifocal_table1,bio_phase --plan")
     assert _make("-n", "reproduce", "TABLE=nosuch", "JOBS=all").stdout.strip().endswith(
         "-m ropelab reproduce nosuch --jobs all")
 
