@@ -27,7 +27,6 @@ vmap runs it once per member (a warning, silenced here), so attention is not sha
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Sequence
 
@@ -37,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ropelab.core.config import flatten
 from ropelab.core.errors import ConfigError
-from ropelab.core.lit import NONFINITE_LOSS, LitLM, clip_by_norm, grad_norm, gradient_diverged
+from ropelab.core.lit import LitLM, Member, answer_loss, train_step
 from ropelab.core.positional.momentum import KEY as MOMENTUM, options_of
 
 # keys a pack's members may differ in: none changes a tensor's shape or the operations of a step
@@ -108,17 +107,38 @@ class Pack:
         # momentum); the same for all: the template's own floats (member 0's)
         self.gammas = torch.tensor(gammas, device=device) if len(set(gammas)) > 1 else None
         self._attention = [block.attn for block in self.template.blocks]
-        made = [lit.configure_optimizers() for lit in self.lits]
-        self.optimizers = [m["optimizer"] for m in made]
-        self.schedulers = [m["lr_scheduler"]["scheduler"] for m in made]
-        self.diverged: list[int | None] = [None] * len(self.cfgs)
-        # what a single run logs and raises with: this step's learning rate and gradient norm (None where a member
-        # did not step), each member's last finite loss, and why a member diverged (``lit.Diverged``'s wording)
-        self.lrs: list[float | None] = [None] * len(self.cfgs)
-        self.grad_norms: list[float | None] = [None] * len(self.cfgs)
-        self.last_finite_loss: list[float | None] = [None] * len(self.cfgs)
-        self.why: list[str | None] = [None] * len(self.cfgs)
+        self.members = [Member.of(lit, cfg.trainer.gradient_clip_val) for lit, cfg in zip(self.lits, self.cfgs)]
         self.steps = 0
+
+    # what a single run logs and raises with, per member (``lit.Member``): its optimiser and schedule, this step's
+    # learning rate and gradient norm (None where it did not step), its last finite loss, where and why it diverged
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [m.optimizer for m in self.members]
+
+    @property
+    def schedulers(self) -> list:
+        return [m.scheduler for m in self.members]
+
+    @property
+    def diverged(self) -> list[int | None]:
+        return [m.diverged for m in self.members]
+
+    @property
+    def why(self) -> list[str | None]:
+        return [m.why for m in self.members]
+
+    @property
+    def lrs(self) -> list[float | None]:
+        return [m.lr for m in self.members]
+
+    @property
+    def grad_norms(self) -> list[float | None]:
+        return [m.grad_norm for m in self.members]
+
+    @property
+    def last_finite_loss(self) -> list[float | None]:
+        return [m.last_finite_loss for m in self.members]
 
     def __len__(self) -> int:
         return len(self.cfgs)
@@ -147,40 +167,21 @@ class Pack:
             with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
                 logits = torch.func.vmap(self._forward, in_dims=(0, None, 0, None if self.gammas is None else 0))(
                     self.params, self.buffers, inputs, self.gammas)
-            return torch.func.vmap(LitLM.loss)(logits, targets)
+            return torch.func.vmap(answer_loss)(logits, targets)
 
-    def step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float | None]:
-        """One training step of every member on its own batch (``batch``: given instead, as the bench does); its
-        loss, or None for a member diverged before this step."""
-        inputs, targets = batch if batch is not None else self.batch(self.steps)
-        losses = self.losses(inputs, targets)
-        losses.sum().backward()  # members share no parameter: each slice gets its own member's gradient
-        values = losses.detach().tolist()
+    def _share_gradients(self) -> None:
+        """Each member's parameters' gradients: its slice of the stacked tensors' (replaced at every step)."""
         for name, stacked in self.params.items():
+            for p in self._members[name]:
+                p.grad = None
             for k, p in enumerate(self._members[name]):
                 p.grad = None if stacked.grad is None else stacked.grad[k]
-        out: list[float | None] = []
-        self.lrs, self.grad_norms = [None] * len(self), [None] * len(self)
-        for k, (lit, opt, sched, cfg) in enumerate(zip(self.lits, self.optimizers, self.schedulers, self.cfgs)):
-            if self.diverged[k] is not None:
-                out.append(None)
-                continue
-            out.append(values[k])
-            if not math.isfinite(values[k]):
-                self.diverged[k], self.why[k] = self.steps, NONFINITE_LOSS
-                continue
-            self.last_finite_loss[k] = values[k]
-            norm = grad_norm(opt)
-            if why := gradient_diverged(norm, cfg.trainer.diverge_grad_norm):
-                self.diverged[k], self.why[k] = self.steps, why
-                continue
-            self.lrs[k], self.grad_norms[k] = opt.param_groups[0]["lr"], float(norm)
-            if cfg.trainer.gradient_clip_val:
-                clip_by_norm(opt, cfg.trainer.gradient_clip_val, norm)
-            opt.step()
-            sched.step()
-            lit.model.pos.project_()
-        for stacked in self.params.values():
-            stacked.grad = None  # the members' .grad views are replaced at the next step's start
+            stacked.grad = None
+
+    def step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float | None]:
+        """One training step of every member on its own batch (``batch``: given instead, as the bench does):
+        ``lit.train_step`` over the members; its loss, or None for a member diverged before this step."""
+        inputs, targets = batch if batch is not None else self.batch(self.steps)
+        out = train_step(self.members, lambda: self.losses(inputs, targets), self.steps, self._share_gradients)
         self.steps += 1
         return out

@@ -33,6 +33,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,7 +125,12 @@ def _member(num: int, sweep_config: DictConfig) -> Member | None:
         member.claim.enter_context(runs.claim(run_dir))
         plan = train._decide(run_dir, cfg, sweep=True)
         if plan.action == "resume":
-            saved = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)
+            # weights only: a checkpoint in a downloaded run folder must not run code; a single run's checkpoint
+            # that holds more than plain data is not a pack's either
+            try:
+                saved = torch.load(plan.checkpoint, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError:
+                saved = {}
             if "packed" not in saved:  # a single run's checkpoint: Lightning resumes it, alone
                 plan = plan._replace(action="alone")
             member.step, member.checkpoint = plan.step, plan.checkpoint
@@ -279,12 +285,12 @@ def _load(k: int, m: Member, pack) -> None:
 
     from ropelab.core.loggers import truncate_metrics
 
-    saved = torch.load(m.checkpoint, map_location=pack.device, weights_only=False)
+    saved = torch.load(m.checkpoint, map_location=pack.device, weights_only=True)
     m.built.lit.load_state_dict(saved["state_dict"])  # copies into the member's slice of the pack's tensors
     pack.optimizers[k].load_state_dict(saved["optimizer_states"][0])
     pack.schedulers[k].load_state_dict(saved["lr_schedulers"][0])
     m.trace.load_state_dict(saved["callbacks"]["PositionalTrace"])
-    pack.last_finite_loss[k] = saved.get("last_finite_loss")
+    pack.members[k].last_finite_loss = saved.get("last_finite_loss")
     truncate_metrics(m.run_dir / "metrics.csv", m.step)  # rows at step >= this are logged again
 
 
