@@ -11,10 +11,11 @@ members (``functional_call`` with the stacked parameters). Every member keeps wh
   ``adaptive``) is refused (``check_packable``): the packed launcher trains such a job alone, as any job;
 * its model is built as a single run builds it (``ropelab.core.build.model_for``, seeded by its ``seed``), and
   its batches are the single run's (``ropelab.core.data.draw`` with its seed and the step);
-* its parameters are views of its slice of the stacked tensors, so its own optimiser and schedule
+* its parameters are views of its slice of the stacked tensors, and the pack's step is the one training step of
+  every run (``ropelab.core.lit.train_step`` over K members): its own optimiser and schedule
   (``LitLM.configure_optimizers``: param groups, ``optim.pos_lr_scale``, ``optim.fused``), its clipping by its
-  own gradient norm (``grad_norm``, ``clip_by_norm``: the norm the divergence check uses) and its scheme's
-  projection (PoPE's δ clamp) act on it exactly as in a single run;
+  own gradient norm (the norm the divergence check uses) and its scheme's projection (PoPE's δ clamp) act on it
+  exactly as in a single run;
 * a member whose loss or gradient norm is not finite, or whose norm passes ``trainer.diverge_grad_norm``, is
   diverged from that step on: its weights stop changing and the others go on.
 
@@ -46,7 +47,7 @@ PER_MEMBER = ("seed", "optim.lr", "optim.pos_lr_scale", "trainer.gradient_clip_v
 
 def member_gammas(cfg: DictConfig) -> tuple[float, ...]:
     """A member's γ per layer (``pos.momentum``, checked); a one-line ConfigError where γ changes during training,
-    which a pack's step does not do (``LitLM``'s schedule hooks are not called)."""
+    which a pack does not do (the template's attention blocks take each member's γ as a fixed tensor under vmap)."""
     options = options_of(OmegaConf.to_container(cfg.pos, resolve=True), cfg.model.n_layers)
     for key in ("warmup_steps", "adaptive.enabled"):
         value = OmegaConf.select(cfg, f"pos.{MOMENTUM}.{key}")
@@ -110,35 +111,11 @@ class Pack:
         self.members = [Member.of(lit, cfg.trainer.gradient_clip_val) for lit, cfg in zip(self.lits, self.cfgs)]
         self.steps = 0
 
-    # what a single run logs and raises with, per member (``lit.Member``): its optimiser and schedule, this step's
-    # learning rate and gradient norm (None where it did not step), its last finite loss, where and why it diverged
-    @property
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [m.optimizer for m in self.members]
-
-    @property
-    def schedulers(self) -> list:
-        return [m.scheduler for m in self.members]
-
     @property
     def diverged(self) -> list[int | None]:
+        """Each member's step of divergence, or None while it trains (``lit.Member`` holds what a single run logs
+        and raises with: this step's learning rate and gradient norm, its last finite loss, why it diverged)."""
         return [m.diverged for m in self.members]
-
-    @property
-    def why(self) -> list[str | None]:
-        return [m.why for m in self.members]
-
-    @property
-    def lrs(self) -> list[float | None]:
-        return [m.lr for m in self.members]
-
-    @property
-    def grad_norms(self) -> list[float | None]:
-        return [m.grad_norm for m in self.members]
-
-    @property
-    def last_finite_loss(self) -> list[float | None]:
-        return [m.last_finite_loss for m in self.members]
 
     def __len__(self) -> int:
         return len(self.cfgs)
@@ -172,8 +149,6 @@ class Pack:
     def _share_gradients(self) -> None:
         """Each member's parameters' gradients: its slice of the stacked tensors' (replaced at every step)."""
         for name, stacked in self.params.items():
-            for p in self._members[name]:
-                p.grad = None
             for k, p in enumerate(self._members[name]):
                 p.grad = None if stacked.grad is None else stacked.grad[k]
             stacked.grad = None
