@@ -1,7 +1,7 @@
 """Does a refactor of the training step change what a run computes? Train the same tiny jobs from two checkouts and
 compare their metrics.csv byte for byte.
 
-    python tools/step_equivalence.py train CHECKOUT OUT      # every job below, trained from CHECKOUT into OUT
+    python tools/step_equivalence.py train CHECKOUT OUT [JOB…]  # the jobs below (or those named), from CHECKOUT into OUT
     python tools/step_equivalence.py compare OUT_A OUT_B     # exit 1 unless every job's metrics.csv is identical
 
 Each job runs ``CHECKOUT/train.py`` in a fresh process with ``PYTHONPATH=CHECKOUT/src:CHECKOUT``, so the code
@@ -37,10 +37,10 @@ JOBS: list[tuple[str, list[str], bool]] = [
 ]
 
 
-def train(checkout: Path, out: Path) -> int:
+def train(checkout: Path, out: Path, only: list[str]) -> int:
     env = {**os.environ, "PYTHONPATH": f"{checkout}/src:{checkout}", "WANDB_MODE": "offline"}
     failed = 0
-    for name, overrides, multi in JOBS:
+    for name, overrides, multi in (job for job in JOBS if not only or job[0] in only):
         folder = out / name
         where = [f"hydra.sweep.dir={folder}", "hydra.sweep.subdir=m${hydra:job.num}"] if multi else \
             [f"hydra.run.dir={folder}"]
@@ -73,5 +73,5 @@ if __name__ == "__main__":
     command, first, second = sys.argv[1], Path(sys.argv[2]).resolve(), Path(sys.argv[3]).resolve()
     if command == "train":
         second.mkdir(parents=True, exist_ok=True)
-        raise SystemExit(train(first, second))
+        raise SystemExit(train(first, second, sys.argv[4:]))
     raise SystemExit(compare(first, second))
