@@ -15,12 +15,13 @@ import torch
 from conftest import HANG_GUARD_S, ROOT, run_train, torch_threads_kept
 
 def first_step_fingerprint(threads: int) -> dict:
-    """The default run's first training step (bio_rotation, spectral, seed 0, precision auto) as Lightning takes
-    it: its loss and a digest of the loss and every gradient."""
+    """The default run's first training step (bio_rotation, spectral, seed 0, precision auto), the step every run
+    takes (``ropelab.core.lit.train_step``): its loss and a digest of the loss and every gradient."""
     from ropelab.core import machine
     from ropelab.core.build import build
     from ropelab.core.config import compose
     from ropelab.core.data import TrainStream
+    from ropelab.core.lit import Member, answer_loss, train_step
 
     cfg = compose(["task=bio_rotation", "pos=spectral", "seed=0"])
     built = build(cfg)
@@ -28,13 +29,22 @@ def first_step_fingerprint(threads: int) -> dict:
     torch.use_deterministic_algorithms(True)  # as Lightning's deterministic=True
     _, precision, _ = machine.choose("cpu", "auto")
     inputs, targets = next(iter(TrainStream(built.task.for_split("train"), 0, cfg.data.batch_size)))
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
-        loss = built.lit.loss(built.model(inputs), targets)
-    loss.backward()
-    digest = hashlib.sha256(loss.detach().numpy().tobytes())
-    for p in built.model.parameters():
-        digest.update(p.grad.numpy().tobytes())
-    return {"loss": float(loss.detach()), "digest": digest.hexdigest(), "precision": precision}
+    losses = []
+
+    def loss():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+            losses.append(answer_loss(built.model(inputs), targets).reshape(1))
+        return losses[0]
+
+    digest = hashlib.sha256()
+
+    def fingerprint():  # the loss and every gradient, before the step clips and applies them
+        digest.update(losses[0].detach().numpy().tobytes())
+        for p in built.model.parameters():
+            digest.update(p.grad.numpy().tobytes())
+
+    value, = train_step([Member.of(built.lit, cfg.trainer.gradient_clip_val)], loss, 0, fingerprint)
+    return {"loss": value, "digest": digest.hexdigest(), "precision": precision}
 
 
 def first_step(threads: int, ballast: list[int]) -> dict:

@@ -14,7 +14,7 @@ from conftest import HANG_GUARD_S, ROOT, train_here
 from ropelab.core.build import model_for
 from ropelab.core.config import compose
 from ropelab.core.errors import ConfigError
-from ropelab.core.lit import LitLM, choose_fused, clip_by_norm, grad_norm
+from ropelab.core.lit import LitLM, Member, answer_loss, choose_fused, train_step
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.mlp_hidden=64"]
 
@@ -31,19 +31,9 @@ def _batches(n: int):
 
 
 def _train(lit: LitLM, batches) -> list[float]:
-    made = lit.configure_optimizers()
-    opt, sched = made["optimizer"], made["lr_scheduler"]["scheduler"]
-    losses = []
-    for inputs, targets in batches:
-        loss = LitLM.loss(lit.model(inputs), targets)
-        loss.backward()
-        clip_by_norm(opt, 1.0, grad_norm(opt))
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        lit.model.pos.project_()
-        losses.append(float(loss.detach()))
-    return losses
+    member = Member.of(lit, clip=1.0)
+    return [train_step([member], lambda: answer_loss(lit.model(inputs), targets).reshape(1), step)[0]
+            for step, (inputs, targets) in enumerate(batches)]
 
 
 @pytest.mark.parametrize("pos", ["rope", "spectral", "pope"])

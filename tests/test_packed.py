@@ -1,4 +1,5 @@
-"""Packed members (``ropelab.core.packed``, issue 23 item 3): in fp32 a member of a pack takes its single run's
+"""The one training step (``ropelab.core.lit.train_step``): over one member it is Lightning's step of a run bit for
+bit. Packed members (``ropelab.core.packed``, issue 23 item 3): in fp32 a member of a pack takes its single run's
 steps — the losses ``python train.py`` logs — within 1e-5 relative over the first 50 steps, beside a member with
 another seed and learning rate; a diverging member stops alone; configs that change shapes are refused."""
 
@@ -7,8 +8,10 @@ import pytest
 import torch
 
 from conftest import train_here
+from ropelab.core.build import build
 from ropelab.core.config import compose
 from ropelab.core.errors import ConfigError
+from ropelab.core.lit import Member, answer_loss, train_step
 from ropelab.core.packed import Pack
 
 STEPS = 50
@@ -19,6 +22,30 @@ COMMON = ["task=mod_arith", "model.d_model=32", "model.n_layers=2", "model.n_hea
 SCHEMES = {"rope": ["pos=rope"], "spectral": ["pos=spectral"], "pope": ["pos=pope", "pos.delta_init=uniform"],
            "momentum": ["pos=rope", "pos.momentum.gamma=0.5"]}
 OTHER = ["seed=1", "optim.lr=1e-3", "trainer.gradient_clip_val=0.5"]  # the member compared with its single run
+
+
+@pytest.mark.parametrize("extra", [["pos=pope", "pos.delta_init=uniform", "optim.pos_lr_scale=100"],  # δ's clamp
+                                   ["pos=rope", "pos.momentum.adaptive.enabled=true"]])  # γ from the gradient norm
+def test_one_member_step_is_lightnings_step_of_a_run_bit_for_bit(extra):
+    import lightning as L
+
+    cfg = compose([*COMMON, *extra, "trainer.gradient_clip_val=0.05", "optim.warmup_steps=2"])
+    steps = 6
+    run = build(cfg)
+    trainer = L.Trainer(accelerator="cpu", max_steps=steps, gradient_clip_val=cfg.trainer.gradient_clip_val,
+                        limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, deterministic=True)
+    trainer.fit(run.lit, train_dataloaders=run.datamodule.train_dataloader())
+    ours = build(cfg)
+    member = Member.of(ours.lit, cfg.trainer.gradient_clip_val)
+    batches = iter(ours.datamodule.train_dataloader())
+    for step in range(steps):
+        inputs, targets = next(batches)
+        train_step([member], lambda: answer_loss(ours.model(inputs), targets).reshape(1), step)
+    assert member.diverged is None and member.last_finite_loss == run.lit.last_finite_loss
+    for (name, theirs), mine in zip(run.model.state_dict().items(), ours.model.state_dict().values()):
+        assert torch.equal(theirs, mine), name  # parameters, and buffers such as an adaptive γ
+    assert member.optimizer.param_groups[0]["lr"] == trainer.optimizers[0].param_groups[0]["lr"]
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))

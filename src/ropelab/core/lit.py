@@ -9,7 +9,8 @@ Metric keys: ``train/loss`` (every step), ``train/lr``, ``val/loss``, ``val/acc`
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import lightning as L
 import torch
@@ -94,6 +95,118 @@ def _grads(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [p.grad for p in _params(optimizer) if p.grad is not None]
 
 
+def answer_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over the answer tokens (targets other than ``IGNORE``), in float32."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
+
+
+# The one training step, in phases. ``train_step`` runs them for K members (a pack, the bench, the smoke check;
+# K = 1 is a plain run); ``LitLM``'s hooks are the same phases where Lightning's loop calls them, in the same order.
+
+def start_step(model: nn.Module, step: int) -> float | None:
+    """Before step ``step``: a γ that changes during training set for it (positional/momentum.py); its mean over
+    layers, or None where γ is fixed."""
+    schedule = getattr(model, "gamma_schedule", None)
+    return None if schedule is None else schedule.start_step(step)
+
+
+def check_loss(member, value: float) -> str | None:
+    """Why ``member`` (a ``LitLM`` or ``Member``) diverged at this loss, or None; a finite loss is its
+    ``last_finite_loss``."""
+    if not math.isfinite(value):
+        return NONFINITE_LOSS
+    member.last_finite_loss = value
+    return None
+
+
+def check_gradients(model: nn.Module, optimizer: torch.optim.Optimizer,
+                    bound: float | None) -> tuple[torch.Tensor, str | None]:
+    """(the gradient norm, why the member diverged or None) after the backward; a γ that adapts to the gradient
+    takes its next value from this norm, before clipping."""
+    norm = grad_norm(optimizer)
+    if why := gradient_diverged(norm, bound):
+        return norm, why
+    schedule = getattr(model, "gamma_schedule", None)
+    if schedule is not None:
+        schedule.after_gradient(norm)
+    return norm, None
+
+
+def clip(optimizer: torch.optim.Optimizer, max_norm: float | None, norm: torch.Tensor) -> None:
+    """``trainer.gradient_clip_val``: the gradients clipped to ``max_norm`` by their norm (none where unset or 0)."""
+    if max_norm:
+        clip_by_norm(optimizer, max_norm, norm)
+
+
+def end_step(model: nn.Module) -> None:
+    """After the update: the scheme's projection (PoPE's δ clamp); nothing for a model without a scheme."""
+    pos = getattr(model, "pos", None)
+    if pos is not None:
+        pos.project_()
+
+
+@dataclass
+class Member:
+    """One member of a ``train_step``: its model, optimiser, schedule and bounds; after each step, the learning
+    rate it trained with and its gradient norm (None where it did not step), and once it diverged, the step and
+    why (``Diverged``'s wording)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any = None
+    clip: float | None = None
+    diverge_grad_norm: float | None = None
+    last_finite_loss: float | None = None
+    diverged: int | None = None
+    why: str | None = None
+    lr: float | None = None
+    grad_norm: float | None = None
+
+    @classmethod
+    def of(cls, lit: "LitLM", clip: float | None) -> "Member":
+        """``lit``'s model with the optimiser and schedule ``lit.configure_optimizers`` builds, as a run's."""
+        made = lit.configure_optimizers()
+        return cls(lit.model, made["optimizer"], made["lr_scheduler"]["scheduler"], clip, lit.diverge_grad_norm)
+
+
+def train_step(members: Sequence[Member], losses: Callable[[], torch.Tensor], step: int,
+               after_backward: Callable[[], None] | None = None) -> list[float | None]:
+    """One training step of K members: ``losses()`` is their (K,) answer-only losses from one forward (a plain
+    model's for K = 1, a pack's vmap over its members); one backward (members share no parameter, so each gets its
+    own gradient; ``after_backward`` then runs, a pack hands each member its slice); then per live member: the loss
+    and gradient checks, clipping by the norm the check computed, the optimiser, the schedule and the scheme's
+    projection. A member that diverges stops there: its weights stop changing and the others go on. Returns each
+    member's loss, None for one diverged before this step."""
+    for m in members:
+        if m.diverged is None:
+            start_step(m.model, step)
+    values = losses()
+    values.sum().backward()
+    if after_backward is not None:
+        after_backward()
+    out: list[float | None] = []
+    for k, (m, value) in enumerate(zip(members, values.detach().tolist())):
+        m.lr = m.grad_norm = None
+        if m.diverged is not None:
+            out.append(None)
+            continue
+        out.append(value)
+        why = check_loss(m, value)
+        if why is None:
+            norm, why = check_gradients(m.model, m.optimizer, m.diverge_grad_norm)
+        if why is not None:
+            m.diverged, m.why = step, why
+            continue
+        m.lr, m.grad_norm = m.optimizer.param_groups[0]["lr"], float(norm)
+        clip(m.optimizer, m.clip, norm)
+        m.optimizer.step()
+        if m.scheduler is not None:
+            m.scheduler.step()
+        m.optimizer.zero_grad(set_to_none=True)
+        end_step(m.model)
+    return out
+
+
 class AnswerLoss(Metric):
     """Mean cross-entropy over the answer tokens (targets other than ``IGNORE``) of every batch seen."""
 
@@ -170,6 +283,10 @@ class AnswerMetrics(nn.Module):
 
 
 class LitLM(L.LightningModule):
+    """One run's model in Lightning's loop. Its training hooks are the phases of the one training step
+    (``train_step``), called by Lightning in the order ``train_step`` calls them: Lightning's automatic optimisation
+    does the backward, the optimiser and the schedule, and keeps the checkpoint format every run and resume uses."""
+
     def __init__(self, model: Llama, optim: Mapping[str, Any], max_steps: int, diverge_grad_norm: float | None = None):
         super().__init__()
         self.model, self.optim, self.max_steps = model, dict(optim), max_steps
@@ -183,44 +300,42 @@ class LitLM(L.LightningModule):
 
     @staticmethod
     def loss(logits, targets):
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
+        return answer_loss(logits, targets)
+
+    def on_train_batch_start(self, batch, batch_idx):
+        if (gamma := start_step(self.model, self.global_step)) is not None:
+            self.log("pos/gamma", gamma, on_step=True, on_epoch=False)
 
     def training_step(self, batch, batch_idx):
         inputs, targets = batch
-        loss = self.loss(self.model(inputs), targets)
+        loss = answer_loss(self.model(inputs), targets)
         value = loss.detach()
-        if not torch.isfinite(value):
-            raise Diverged(self.global_step, self.last_finite_loss, NONFINITE_LOSS)
-        self.last_finite_loss = float(value)
+        if why := check_loss(self, float(value)):
+            raise Diverged(self.global_step, self.last_finite_loss, why)
         self.log("train/loss", value, on_step=True, on_epoch=False, prog_bar=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
     def on_before_optimizer_step(self, optimizer):
-        norm = self._grad_norm = grad_norm(optimizer)
-        if why := gradient_diverged(norm, self.diverge_grad_norm):
+        norm, why = check_gradients(self.model, optimizer, self.diverge_grad_norm)
+        if why:
             raise Diverged(self.global_step, self.last_finite_loss, why)
+        self._grad_norm = norm
         self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
-        if self.model.gamma_schedule is not None:
-            self.model.gamma_schedule.after_gradient(norm)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
         # Lightning calls this right after on_before_optimizer_step, with the same gradients: clipping by the norm
         # computed there gives clip_grad_norm_'s result bit for bit without a second pass over the tensors. It is
         # also what lets a fused AdamW clip under bf16-mixed: Lightning's own clipping refuses any optimiser that
         # unscales in its step, which a fused one claims to, though bf16 has no scaler (choose_fused)
-        if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and self._grad_norm is not None:
-            clip_by_norm(optimizer, gradient_clip_val, self._grad_norm)
+        if gradient_clip_algorithm in (None, "norm") and self._grad_norm is not None:
+            clip(optimizer, gradient_clip_val, self._grad_norm)
         else:
             super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
         self._grad_norm = None
 
-    def on_train_batch_start(self, batch, batch_idx):
-        if self.model.gamma_schedule is not None:  # warm-up or adaptive γ (positional/momentum.py)
-            self.log("pos/gamma", self.model.gamma_schedule.start_step(self.global_step), on_step=True, on_epoch=False)
-
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        self.model.pos.project_()
+        end_step(self.model)
 
     def _eval_step(self, batch, split: str):
         inputs, targets, groups = batch

@@ -11,10 +11,11 @@ members (``functional_call`` with the stacked parameters). Every member keeps wh
   ``adaptive``) is refused (``check_packable``): the packed launcher trains such a job alone, as any job;
 * its model is built as a single run builds it (``ropelab.core.build.model_for``, seeded by its ``seed``), and
   its batches are the single run's (``ropelab.core.data.draw`` with its seed and the step);
-* its parameters are views of its slice of the stacked tensors, so its own optimiser and schedule
+* its parameters are views of its slice of the stacked tensors, and the pack's step is the one training step of
+  every run (``ropelab.core.lit.train_step`` over K members): its own optimiser and schedule
   (``LitLM.configure_optimizers``: param groups, ``optim.pos_lr_scale``, ``optim.fused``), its clipping by its
-  own gradient norm (``grad_norm``, ``clip_by_norm``: the norm the divergence check uses) and its scheme's
-  projection (PoPE's δ clamp) act on it exactly as in a single run;
+  own gradient norm (the norm the divergence check uses) and its scheme's projection (PoPE's δ clamp) act on it
+  exactly as in a single run;
 * a member whose loss or gradient norm is not finite, or whose norm passes ``trainer.diverge_grad_norm``, is
   diverged from that step on: its weights stop changing and the others go on.
 
@@ -27,7 +28,6 @@ vmap runs it once per member (a warning, silenced here), so attention is not sha
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Sequence
 
@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ropelab.core.config import flatten
 from ropelab.core.errors import ConfigError
-from ropelab.core.lit import NONFINITE_LOSS, LitLM, clip_by_norm, grad_norm, gradient_diverged
+from ropelab.core.lit import LitLM, Member, answer_loss, train_step
 from ropelab.core.positional.momentum import KEY as MOMENTUM, options_of
 
 # keys a pack's members may differ in: none changes a tensor's shape or the operations of a step
@@ -47,7 +47,7 @@ PER_MEMBER = ("seed", "optim.lr", "optim.pos_lr_scale", "trainer.gradient_clip_v
 
 def member_gammas(cfg: DictConfig) -> tuple[float, ...]:
     """A member's γ per layer (``pos.momentum``, checked); a one-line ConfigError where γ changes during training,
-    which a pack's step does not do (``LitLM``'s schedule hooks are not called)."""
+    which a pack does not do (the template's attention blocks take each member's γ as a fixed tensor under vmap)."""
     options = options_of(OmegaConf.to_container(cfg.pos, resolve=True), cfg.model.n_layers)
     for key in ("warmup_steps", "adaptive.enabled"):
         value = OmegaConf.select(cfg, f"pos.{MOMENTUM}.{key}")
@@ -108,17 +108,14 @@ class Pack:
         # momentum); the same for all: the template's own floats (member 0's)
         self.gammas = torch.tensor(gammas, device=device) if len(set(gammas)) > 1 else None
         self._attention = [block.attn for block in self.template.blocks]
-        made = [lit.configure_optimizers() for lit in self.lits]
-        self.optimizers = [m["optimizer"] for m in made]
-        self.schedulers = [m["lr_scheduler"]["scheduler"] for m in made]
-        self.diverged: list[int | None] = [None] * len(self.cfgs)
-        # what a single run logs and raises with: this step's learning rate and gradient norm (None where a member
-        # did not step), each member's last finite loss, and why a member diverged (``lit.Diverged``'s wording)
-        self.lrs: list[float | None] = [None] * len(self.cfgs)
-        self.grad_norms: list[float | None] = [None] * len(self.cfgs)
-        self.last_finite_loss: list[float | None] = [None] * len(self.cfgs)
-        self.why: list[str | None] = [None] * len(self.cfgs)
+        self.members = [Member.of(lit, cfg.trainer.gradient_clip_val) for lit, cfg in zip(self.lits, self.cfgs)]
         self.steps = 0
+
+    @property
+    def diverged(self) -> list[int | None]:
+        """Each member's step of divergence, or None while it trains (``lit.Member`` holds what a single run logs
+        and raises with: this step's learning rate and gradient norm, its last finite loss, why it diverged)."""
+        return [m.diverged for m in self.members]
 
     def __len__(self) -> int:
         return len(self.cfgs)
@@ -147,40 +144,19 @@ class Pack:
             with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
                 logits = torch.func.vmap(self._forward, in_dims=(0, None, 0, None if self.gammas is None else 0))(
                     self.params, self.buffers, inputs, self.gammas)
-            return torch.func.vmap(LitLM.loss)(logits, targets)
+            return torch.func.vmap(answer_loss)(logits, targets)
 
-    def step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float | None]:
-        """One training step of every member on its own batch (``batch``: given instead, as the bench does); its
-        loss, or None for a member diverged before this step."""
-        inputs, targets = batch if batch is not None else self.batch(self.steps)
-        losses = self.losses(inputs, targets)
-        losses.sum().backward()  # members share no parameter: each slice gets its own member's gradient
-        values = losses.detach().tolist()
+    def _share_gradients(self) -> None:
+        """Each member's parameters' gradients: its slice of the stacked tensors' (replaced at every step)."""
         for name, stacked in self.params.items():
             for k, p in enumerate(self._members[name]):
                 p.grad = None if stacked.grad is None else stacked.grad[k]
-        out: list[float | None] = []
-        self.lrs, self.grad_norms = [None] * len(self), [None] * len(self)
-        for k, (lit, opt, sched, cfg) in enumerate(zip(self.lits, self.optimizers, self.schedulers, self.cfgs)):
-            if self.diverged[k] is not None:
-                out.append(None)
-                continue
-            out.append(values[k])
-            if not math.isfinite(values[k]):
-                self.diverged[k], self.why[k] = self.steps, NONFINITE_LOSS
-                continue
-            self.last_finite_loss[k] = values[k]
-            norm = grad_norm(opt)
-            if why := gradient_diverged(norm, cfg.trainer.diverge_grad_norm):
-                self.diverged[k], self.why[k] = self.steps, why
-                continue
-            self.lrs[k], self.grad_norms[k] = opt.param_groups[0]["lr"], float(norm)
-            if cfg.trainer.gradient_clip_val:
-                clip_by_norm(opt, cfg.trainer.gradient_clip_val, norm)
-            opt.step()
-            sched.step()
-            lit.model.pos.project_()
-        for stacked in self.params.values():
-            stacked.grad = None  # the members' .grad views are replaced at the next step's start
+            stacked.grad = None
+
+    def step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float | None]:
+        """One training step of every member on its own batch (``batch``: given instead, as the bench does):
+        ``lit.train_step`` over the members; its loss, or None for a member diverged before this step."""
+        inputs, targets = batch if batch is not None else self.batch(self.steps)
+        out = train_step(self.members, lambda: self.losses(inputs, targets), self.steps, self._share_gradients)
         self.steps += 1
         return out

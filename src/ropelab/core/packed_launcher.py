@@ -33,6 +33,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,7 +125,12 @@ def _member(num: int, sweep_config: DictConfig) -> Member | None:
         member.claim.enter_context(runs.claim(run_dir))
         plan = train._decide(run_dir, cfg, sweep=True)
         if plan.action == "resume":
-            saved = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)
+            # weights only: a checkpoint in a downloaded run folder must not run code; a single run's checkpoint
+            # that holds more than plain data is not a pack's either
+            try:
+                saved = torch.load(plan.checkpoint, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError:
+                saved = {}
             if "packed" not in saved:  # a single run's checkpoint: Lightning resumes it, alone
                 plan = plan._replace(action="alone")
             member.step, member.checkpoint = plan.step, plan.checkpoint
@@ -256,10 +262,10 @@ def _save(members: Sequence[tuple[int, Member]], pack, step: int) -> None:
         state = {"packed": {"members": len(pack), "index": k}, "global_step": step,
                  # a member's tensors are views of the pack's: cloned, else each file would hold every member
                  "state_dict": {n: t.detach().clone() for n, t in m.built.lit.state_dict().items()},
-                 "optimizer_states": [pack.optimizers[k].state_dict()],
-                 "lr_schedulers": [pack.schedulers[k].state_dict()],
+                 "optimizer_states": [pack.members[k].optimizer.state_dict()],
+                 "lr_schedulers": [pack.members[k].scheduler.state_dict()],
                  "callbacks": {"PositionalTrace": m.trace.state_dict()},
-                 "last_finite_loss": pack.last_finite_loss[k]}
+                 "last_finite_loss": pack.members[k].last_finite_loss}
         buffer = io.BytesIO()
         torch.save(state, buffer)
         path = _checkpoint_file(m, step)
@@ -279,12 +285,12 @@ def _load(k: int, m: Member, pack) -> None:
 
     from ropelab.core.loggers import truncate_metrics
 
-    saved = torch.load(m.checkpoint, map_location=pack.device, weights_only=False)
+    saved = torch.load(m.checkpoint, map_location=pack.device, weights_only=True)
     m.built.lit.load_state_dict(saved["state_dict"])  # copies into the member's slice of the pack's tensors
-    pack.optimizers[k].load_state_dict(saved["optimizer_states"][0])
-    pack.schedulers[k].load_state_dict(saved["lr_schedulers"][0])
+    pack.members[k].optimizer.load_state_dict(saved["optimizer_states"][0])
+    pack.members[k].scheduler.load_state_dict(saved["lr_schedulers"][0])
     m.trace.load_state_dict(saved["callbacks"]["PositionalTrace"])
-    pack.last_finite_loss[k] = saved.get("last_finite_loss")
+    pack.members[k].last_finite_loss = saved.get("last_finite_loss")
     truncate_metrics(m.run_dir / "metrics.csv", m.step)  # rows at step >= this are logged again
 
 
@@ -346,12 +352,13 @@ def train_pack(members: Sequence[Member]) -> dict[int, dict]:
                 inputs, targets = zip(*(next(stream) for stream in streams))
                 losses = pack.step((torch.stack(inputs).to(accelerator), torch.stack(targets).to(accelerator)))
                 for k in list(live):
-                    if pack.diverged[k] is not None:
-                        end(k, train.diverged(Diverged(step, pack.last_finite_loss[k], pack.why[k])))
+                    member = pack.members[k]
+                    if member.diverged is not None:
+                        end(k, train.diverged(Diverged(step, member.last_finite_loss, member.why)))
                         continue
                     # the learning rate as Lightning's self.log keeps it: a float32 tensor
-                    train_metrics = {"train/loss": losses[k], "train/lr": torch.tensor(pack.lrs[k]).item(),
-                                     "train/grad_norm": pack.grad_norms[k]}
+                    train_metrics = {"train/loss": losses[k], "train/lr": torch.tensor(member.lr).item(),
+                                     "train/grad_norm": member.grad_norm}
                     live[k].final.update(train_metrics)
                     for lg in live[k].loggers:
                         lg.log_metrics({**train_metrics, "epoch": 0}, step=step)

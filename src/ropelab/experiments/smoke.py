@@ -3,9 +3,9 @@
     ropelab smoke                 # default model config; writes results/smoke/smoke.{md,json}
     ropelab smoke --tiny --out DIR
 
-Each cell builds the run ``python train.py task=T pos=P`` would (``ropelab.core.build``), takes one AdamW step on its
-first training batch and reports the loss before the step (≈ ln |vocab| at init) and the step's wall time; a cell
-that raises shows the error instead. It checks that ``python train.py task=T pos=P`` can work for every pair
+Each cell builds the run ``python train.py task=T pos=P`` would (``ropelab.core.build``), takes the training step
+every run takes (``ropelab.core.lit.train_step``) on its first training batch and reports the loss before the
+step (≈ ln |vocab| at init) and the step's wall time; a cell that raises shows the error instead. It checks that ``python train.py task=T pos=P`` can work for every pair
 without paying Lightning's start-up 81 times.
 """
 
@@ -22,6 +22,7 @@ import torch
 from ropelab.core import positional
 from ropelab.core.build import build
 from ropelab.core.config import compose
+from ropelab.core.lit import Member, answer_loss, train_step
 from ropelab.core.runs import atomic_write_text
 import tasks
 
@@ -29,15 +30,14 @@ TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.mlp_hi
 
 
 def one_step(task_name: str, pos_name: str, overrides: list[str]) -> dict:
-    built = build(compose([f"task={task_name}", f"pos={pos_name}", *overrides]))
-    optimizer = built.lit.configure_optimizers()["optimizer"]
+    cfg = compose([f"task={task_name}", f"pos={pos_name}", *overrides])
+    built = build(cfg)
+    member = Member.of(built.lit, cfg.trainer.gradient_clip_val)
     inputs, targets = next(iter(built.datamodule.train_dataloader()))
     start = time.perf_counter()
-    loss = built.lit.loss(built.model(inputs), targets)
-    loss.backward()
-    optimizer.step()
+    loss, = train_step([member], lambda: answer_loss(built.model(inputs), targets).reshape(1), 0)
     seconds = time.perf_counter() - start
-    return {"loss": loss.item(), "seconds": seconds, "finite": math.isfinite(loss.item())}
+    return {"loss": loss, "seconds": seconds, "finite": math.isfinite(loss)}
 
 
 def matrix(overrides: list[str]) -> dict[str, dict[str, dict]]:

@@ -4,9 +4,10 @@ jobs under each lever that takes back a tiny model's fixed per-step cost, side b
 A *cell* is one distinct job shape of a table (a preset's job at its task, scheme, batch and length; seeds and
 shape-preserving values such as γ > 0 share a cell), weighted by how many of the table's jobs it stands for and
 their steps. Every cell trains under every lever set with real batches of its task, round-robin after a warm-up
-(each round starting one configuration later). A step is what Lightning runs per training step: forward under
-autocast, ``LitLM.loss``, backward, the divergence check's gradient norm, clipping at ``trainer.gradient_clip_val``,
-AdamW step, learning-rate schedule, zero_grad and the scheme's projection (``project_``).
+(each round starting one configuration later). A step is the training step every run takes
+(``ropelab.core.lit.train_step``): forward under autocast, the answer-only loss, backward, the divergence check's
+gradient norm, clipping at ``trainer.gradient_clip_val``, AdamW step, learning-rate schedule, zero_grad and the
+scheme's projection (``project_``).
 
 Lever sets (cumulative in "levers on", alone otherwise):
 
@@ -28,7 +29,7 @@ say what the levers do to the training loop, which is where a job's time goes. S
 (the configurations of one round ran back to back) and then the median over rounds.
 
 ``--profile``: where one step of each table's most common cell goes under ``levers on``: the phases timed
-(forward, backward, norm + clip, optimiser), and torch.profiler's self time of matmuls, attention kernels,
+(forward, backward, then checks + clip + optimiser + schedule), and torch.profiler's self time of matmuls, attention kernels,
 autocast's weight casts (what a cache of bf16 weights could at most take back) and everything else.
 """
 
@@ -42,7 +43,7 @@ from typing import Any, Callable
 import torch
 from omegaconf import OmegaConf
 
-from ropelab.core.lit import LitLM, clip_by_norm, grad_norm
+from ropelab.core.lit import LitLM, Member, answer_loss, train_step
 from ropelab.experiments.bench.hardware import sync
 
 # (preset, overrides of one job, jobs it stands for, steps per job or None for the preset's max_steps)
@@ -86,13 +87,11 @@ LEVERS: dict[str, dict[str, bool]] = {TODAY: dict(fused=False, one_norm=False), 
                                       ONE_NORM: dict(fused=False, one_norm=True), ON: dict(fused=True, one_norm=True)}
 
 
-def _two_norms(model: torch.nn.Module, optimizer: torch.optim.Optimizer, clip: float) -> torch.Tensor:
-    """The gradient work of a step before issue 23: the divergence check's own norm, then Lightning's clipping,
-    which computes the norm again."""
+def _divergence_checks_own_norm(model: torch.nn.Module) -> torch.Tensor:
+    """The extra gradient pass of a step before issue 23: the divergence check took its own norm, and Lightning's
+    clipping then computed it again (the shared step's check and clipping take the second)."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-    torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], clip)
-    return norm
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
 
 
 @dataclass
@@ -103,9 +102,8 @@ class Job:
     jobs: int
     steps: int
     model: torch.nn.Module
-    optimizers: dict[bool, tuple[torch.optim.Optimizer, Any]]
+    members: dict[bool, Member]              # unfused, fused: the same weights, an optimiser and schedule each
     batch: tuple[torch.Tensor, torch.Tensor]
-    clip: float
     autocast: bool
     device: str
     forward: Callable | None = None
@@ -122,30 +120,26 @@ class Job:
             pack.step(batch)
             return 0.0
         flags = LEVERS[ON if lever == COMPILED else lever]
-        optimizer, scheduler = self.optimizers[flags["fused"]]
+        member = self.members[flags["fused"]]
         forward = self.compiled if lever == COMPILED else self.model
         clock = _Clock(phases, self.device)
         inputs, targets = self.batch
-        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
-            logits = forward(inputs)
-        loss = LitLM.loss(logits, targets)
-        clock("forward")
-        loss.backward()
-        clock("backward")
-        if flags["one_norm"]:
-            norm = grad_norm(optimizer)
-            clip_by_norm(optimizer, self.clip, norm)
-        else:
-            norm = _two_norms(self.model, optimizer, self.clip)
-        if not torch.isfinite(norm):
-            raise RuntimeError(f"{self.label}: non-finite gradient norm in the bench")
-        clock("grad norm + clip")
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        self.model.pos.project_()
-        value = float(loss.detach())  # the training loop's own host sync (LitLM.last_finite_loss)
-        clock("optimiser + schedule")
+
+        def losses() -> torch.Tensor:
+            with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
+                loss = answer_loss(forward(inputs), targets)
+            clock("forward")
+            return loss.reshape(1)
+
+        def after_backward() -> None:
+            clock("backward")
+            if not flags["one_norm"]:
+                _divergence_checks_own_norm(self.model)
+
+        value, = train_step([member], losses, 0, after_backward)
+        if member.diverged is not None:
+            raise RuntimeError(f"{self.label}: {member.why} in the bench")
+        clock("checks + clip + optimiser + schedule")
         return value
 
 
@@ -191,18 +185,15 @@ def build_job(mix: str, cell: Cell, precision: str, device: str, quick: bool = F
     task, ood = tasks.build_with_ood(OmegaConf.to_container(cfg.task, resolve=True))
     model = model_for(cfg, len(task.vocab), max(task.seq_len, ood.seq_len)).to(device)
     steps = steps or int(cfg.trainer.max_steps)
-    optimizers = {}
-    for fused in (False, True):
-        made = LitLM(model, {**OmegaConf.to_container(cfg.optim, resolve=True), "fused": fused},
-                     steps).configure_optimizers()
-        optimizers[fused] = (made["optimizer"], made["lr_scheduler"]["scheduler"])
+    clip = float(cfg.trainer.gradient_clip_val or 0) or 1.0
+    members = {fused: Member.of(LitLM(model, {**OmegaConf.to_container(cfg.optim, resolve=True), "fused": fused}, steps,
+                                      cfg.trainer.diverge_grad_norm), clip) for fused in (False, True)}
     inputs, targets = draw(task.for_split("train"), cfg.seed, "train", int(cfg.data.batch_size))
     batch = (torch.from_numpy(inputs).to(device), torch.from_numpy(targets).to(device))
     label = " ".join(o.split("=", 1)[1] if o.startswith(("task=", "pos=")) else o.replace("pos.momentum.gamma", "γ")
                      for o in overrides)
     label += f" (b{cfg.data.batch_size}, seq {task.seq_len})"
-    return Job(mix, label, jobs, steps, model, optimizers, batch, float(cfg.trainer.gradient_clip_val or 0) or 1.0,
-               short_precision(precision) == "bf16", device)
+    return Job(mix, label, jobs, steps, model, members, batch, short_precision(precision) == "bf16", device)
 
 
 def run_mixes(args, precision: str, device: str, say: Callable[[str], None], loads: list) -> dict[str, Any]:

@@ -46,29 +46,31 @@ def flops_per_step(non_embedding_params: int, layers: int, heads: int, seq: int,
 
 
 class Bench:
-    """One configuration: a model, its optimiser and a ``step()`` that does the full training step."""
+    """One configuration: a model, its training-step member (optimiser, schedule, clipping) and a ``step()`` that
+    takes the training step every run takes (``ropelab.core.lit.train_step``)."""
 
-    def __init__(self, label: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 logits: Callable[[torch.Tensor], torch.Tensor], flops: float, params: int,
-                 precision: str = "32-true", device: str = "cpu", note: str = ""):
-        self.label, self.model, self.optimizer, self.logits = label, model, optimizer, logits
+    def __init__(self, label: str, model: torch.nn.Module, member, logits: Callable[[torch.Tensor], torch.Tensor],
+                 flops: float, params: int, precision: str = "32-true", device: str = "cpu", note: str = ""):
+        self.label, self.model, self.member, self.logits = label, model, member, logits
         self.flops, self.params, self.precision, self.device, self.note = flops, params, precision, device, note
         self.autocast = short_precision(precision) == "bf16"
+        self.steps = 0
         self.times: list[float] = []
         self.cpu_times: list[float] = []
         self.warmup_times: list[float] = []
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
-        from ropelab.core.lit import LitLM
+        from ropelab.core.lit import answer_loss, train_step
 
-        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):  # as Lightning's bf16-mixed
-            logits = self.logits(inputs)
-        loss = LitLM.loss(logits, targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())  # one host sync per step, as the training loop's loss check
+        def losses() -> torch.Tensor:
+            with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):  # as Lightning's bf16-mixed
+                return answer_loss(self.logits(inputs), targets).reshape(1)
+
+        value, = train_step([self.member], losses, self.steps)
+        if self.member.diverged is not None:
+            raise RuntimeError(f"{self.label}: {self.member.why} in the bench")
+        self.steps += 1
+        return value
 
 
 def build_ours(label: str, scheme: str, shape: dict, precision: str = "32-true", device: str = "cpu",
@@ -78,12 +80,13 @@ def build_ours(label: str, scheme: str, shape: dict, precision: str = "32-true",
     size, with the optimiser of the training path (LitLM's param groups)."""
     from ropelab.core.build import model_for
     from ropelab.core.config import compose
-    from ropelab.core.lit import LitLM
+    from ropelab.core.lit import LitLM, Member
 
     cfg = compose([f"pos={scheme}", *overrides, f"model.attn_fp32={attn_fp32}",
                    *(f"model.{key}={shape[key]}" for key in ("d_model", "n_layers", "n_heads", "mlp_hidden"))])
     model = model_for(cfg, shape["vocab_size"], shape.get("max_len", shape["seq_len"])).to(device)
-    optimizer = LitLM(model, cfg.optim, max_steps=400).configure_optimizers()["optimizer"]
+    member = Member.of(LitLM(model, cfg.optim, max_steps=400, diverge_grad_norm=cfg.trainer.diverge_grad_norm),
+                       cfg.trainer.gradient_clip_val)
     non_embedding = model.num_parameters() - model.embed.weight.numel()
     qk_width = model.pos.qk_width(model.cfg.head_dim)
     flops = flops_per_step(non_embedding, model.cfg.n_layers, model.cfg.n_heads, shape["seq_len"],
@@ -91,7 +94,7 @@ def build_ours(label: str, scheme: str, shape: dict, precision: str = "32-true",
     forward: Callable = model
     if compile_model:
         forward = torch.compile(model)
-    return Bench(label, model, optimizer, forward, flops, model.num_parameters(), precision, device, note)
+    return Bench(label, model, member, forward, flops, model.num_parameters(), precision, device, note)
 
 
 HF_DIR = ROOT / ".venv" / "hf"  # where `make bench` installs the hf extra, outside the training venv
@@ -111,7 +114,7 @@ def build_hf(label: str, shape: dict, precision: str = "32-true", device: str = 
     import transformers
     from transformers import LlamaConfig as HFConfig
 
-    from ropelab.core.lit import choose_fused
+    from ropelab.core.lit import Member, choose_fused, warmup_cosine
     from transformers import LlamaForCausalLM
 
     transformers.logging.set_verbosity_error()
@@ -130,10 +133,14 @@ def build_hf(label: str, shape: dict, precision: str = "32-true", device: str = 
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=o["lr"], betas=tuple(o["betas"]),
                                   eps=o["eps"], fused=True if fused else None)
+    warmup, min_ratio = int(o["warmup_steps"]), float(o["min_lr_ratio"])  # ours' schedule and clipping: like for like
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup, 400, min_ratio))
+    trainer = OmegaConf.load(CONF / "trainer" / "default.yaml")
+    member = Member(model, optimizer, scheduler, trainer.gradient_clip_val, trainer.diverge_grad_norm)
     params = sum(p.numel() for p in model.parameters())
     non_embedding = params - model.model.embed_tokens.weight.numel()
     head_dim = shape["d_model"] // shape["n_heads"]
     flops = flops_per_step(non_embedding, shape["n_layers"], shape["n_heads"], shape["seq_len"],
                            shape["batch_size"], head_dim, head_dim)
-    return Bench(label, model, optimizer, lambda idx: model(input_ids=idx).logits, flops, params, precision, device,
+    return Bench(label, model, member, lambda idx: model(input_ids=idx).logits, flops, params, precision, device,
                  note=f"transformers {transformers.__version__}, attn {model.config._attn_implementation}")
