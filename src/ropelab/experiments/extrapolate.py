@@ -38,9 +38,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-import yaml
 
-from ropelab.core import positional
+from ropelab.core import positional, record
 from ropelab.core.errors import ConfigError, require
 from ropelab.core.runs import last_checkpoint
 import tasks
@@ -88,11 +87,7 @@ def find_runs(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
     found, skipped = [], []
     for path in map(Path, paths):
         require(path.exists(), "path", str(path), "a run folder or a sweep folder of runs")
-        configs = [path / "config.yaml"] if (path / "config.yaml").is_file() else sorted(path.rglob("config.yaml"))
-        for config in configs:
-            run = config.parent
-            if ".hydra" in run.parts:
-                continue
+        for run in [d for d in record.run_dirs(path) if (d / record.CONFIG).is_file()]:
             if last_checkpoint(run).exists():
                 found.append(run)
             else:
@@ -101,7 +96,7 @@ def find_runs(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
 
 
 def load_config(run: Path) -> dict:
-    return yaml.safe_load((run / "config.yaml").read_text())
+    return record.read(run).saved_config
 
 
 def base_task_config(cfg: dict) -> dict:
@@ -175,15 +170,7 @@ def model_for_run(cfg: dict, vocab_size: int, max_len: int, pos_overrides: dict 
 
 
 def load_weights(model, run: Path) -> None:
-    state = torch.load(last_checkpoint(run), map_location="cpu", weights_only=False)["state_dict"]
-    model.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
-
-
-def run_summary(run: Path) -> dict:
-    import json
-
-    path = run / "summary.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    model.load_state_dict(record.checkpoint_weights(last_checkpoint(run)))
 
 
 def label_of(cfg: dict) -> str:
@@ -202,8 +189,8 @@ def extrapolate_run(run: Path, factors: list[float], variants: list[Variant], sp
                     log=print) -> list[dict[str, Any]]:
     """One row per variant × factor for one run folder (empty metrics and a ``note`` where a length cannot be
     evaluated)."""
-    cfg = load_config(run)
-    summary = run_summary(run)
+    rec = record.read(run)
+    cfg, summary = rec.saved_config, rec.summary or {}
     precision = summary.get("precision") or "32-true"
     base_cfg = base_task_config(cfg)
     own_task = {k: v for k, v in cfg["task"].items() if k != "ood"}
