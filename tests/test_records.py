@@ -217,3 +217,108 @@ def test_a_linked_record_is_the_job_its_table_would_train():
         assert not wanted["pos.momentum.warmup_steps"]
         assert differ - later <= own | how, f"{link.name}: {sorted(differ)} differ"
     assert len(links) >= 6
+
+
+# ----------------------------------------------------------------------------- the one record reader
+
+def _job(folder, summary=None, config=None, metrics=None):
+    folder.mkdir(parents=True)
+    if summary is not None:
+        (folder / "summary.json").write_text(summary if isinstance(summary, str) else json.dumps(summary))
+    if config is not None:
+        (folder / "config.yaml").write_text(config if isinstance(config, str) else yaml.safe_dump(config))
+    if metrics is not None:
+        (folder / "metrics.csv").write_text(metrics)
+    return folder
+
+
+def test_a_record_reads_its_summary_config_metrics_and_identity(tmp_path):
+    from ropelab.core import identity, record
+
+    saved = {"task": {"name": "dyck3", "depth": 3}, "pos": {"name": "rope", "momentum": {"gamma": 0.5}}, "seed": 7,
+             "trainer": {"threads": 2}}
+    summary = {"status": "completed", "final": {"val/acc": 0.9}, "precision": "32-true", "accelerator": "cpu",
+               "machine": {"commit": "0123456789abcdef", "cpu": {"model": "CPU A"}}}
+    rec = record.read(_job(tmp_path / "job", summary, saved, "step,train/loss,val/acc\n0,2.0,\n9,1.0,0.9\n"))
+    assert rec.completed and rec.final == {"val/acc": 0.9} and rec.seed == 7
+    assert rec.config["pos.momentum.gamma"] == 0.5 and rec.config["task.depth"] == 3 and rec.saved_config == saved
+    assert rec.commit == "0123456" and rec.cpu == "CPU A"
+    assert rec.identity == identity.of_record(summary, saved) and rec.identity["trainer.threads"] == 2
+    assert "metrics" not in vars(rec), "metrics.csv is read on first use, not with the record"
+    assert rec.metrics["train/loss"].tolist() == [2.0, 1.0] and rec.metrics["val/acc"].isna().tolist() == [True, False]
+
+
+def test_missing_or_unreadable_parts_of_a_record_read_as_absent(tmp_path):
+    from ropelab.core import record
+
+    broken = record.read(_job(tmp_path / "broken", "{not json", "task: [unclosed", ""))
+    assert broken.summary is None and broken.saved_config is None and broken.metrics is None
+    assert broken.status == "no summary" and not broken.completed and broken.config == {} and broken.seed is None
+    assert broken.identity is None and broken.commit == "unknown" and broken.cpu == "unknown"
+    started = record.read(_job(tmp_path / "started", {"status": "running", "seed": 3}))
+    assert started.status == "running" and started.seed == 3 and started.metrics is None
+
+
+def test_the_records_of_a_folder_of_tables_include_nested_tables_and_skip_what_is_no_run(tmp_path):
+    from ropelab.core import record
+
+    results = tmp_path / "results"
+    done = {"status": "completed"}
+    _job(results / "tbl" / "pos=rope,seed=0", done, {"seed": 0})
+    _job(results / "tbl" / "pos=rope,seed=1", {"status": "failed"}, {"seed": 1})
+    _job(results / "tbl" / "report", done, {"seed": 9})                       # a report folder is no run
+    _job(results / "calibration" / "mod_arith" / "budget=100,seed=0", done, {"seed": 0})
+    _job(results / "tbl" / "pos=rope,seed=0" / "checkpoints" / "inner", done)  # a run's own folders: not searched
+    (results / "calibration" / "README.md").write_text("calibration tables\n")
+    (results / "other").symlink_to(results / "tbl")                            # a linked table reads too
+    names = [p.relative_to(results).as_posix() for p in record.run_dirs(results)]
+    assert names == ["calibration/mod_arith/budget=100,seed=0", "other/pos=rope,seed=0", "other/pos=rope,seed=1",
+                     "tbl/pos=rope,seed=0", "tbl/pos=rope,seed=1"]
+    assert [r.seed for r in record.under(results / "tbl", completed=True)] == [0]
+    assert record.under(tmp_path / "nothing") == []
+
+
+class _Opens:
+    """Pickles as a call of ``open``: unpickling it creates ``path``, as a downloaded checkpoint could run code."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_a_checkpoint_carrying_a_pickled_callable_is_refused_before_it_runs(tmp_path):
+    import shutil
+
+    import torch
+
+    from conftest import ROOT
+    from ropelab.analysis.attention_maps import RunFolderError, load_run_model
+    from ropelab.core.record import UnsafeCheckpoint, checkpoint_weights
+    from ropelab.experiments.extrapolate import load_weights
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(next((ROOT / "results" / "bifocal_table1").glob("pos=rope,*/config.yaml")), run / "config.yaml")
+    ran = tmp_path / "ran"
+    torch.save({"state_dict": {"model.w": torch.zeros(1)}, "hook": _Opens(ran)}, run / "checkpoints" / "last.ckpt")
+    with pytest.raises(UnsafeCheckpoint, match=r"last\.ckpt: refused, .*open.*could run code"):
+        checkpoint_weights(run / "checkpoints" / "last.ckpt")
+    with pytest.raises(RunFolderError, match="refused"):
+        load_run_model(run)
+    with pytest.raises(UnsafeCheckpoint):
+        load_weights(torch.nn.Linear(1, 1), run)
+    assert not ran.exists()
+    torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)  # what the analyses did before
+    assert ran.exists()
+
+
+def test_a_checkpoint_of_weights_loads_the_models_entries(tmp_path):
+    import torch
+
+    from ropelab.core.record import checkpoint_weights
+
+    torch.save({"state_dict": {"model.w": torch.ones(2), "other": torch.zeros(1)}, "global_step": 5,
+                "hyper_parameters": {"lr": 1e-3}}, tmp_path / "last.ckpt")
+    assert list(checkpoint_weights(tmp_path / "last.ckpt")) == ["w"]

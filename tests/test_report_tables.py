@@ -28,3 +28,12 @@ def test_latex_table_escapes_body_header_and_caption():
         r"mod\_arith & a|b & 100.0 \\", r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     odd = latex_table(pd.DataFrame({"x": ["a & b #1 {c} \\ ~^$"]}, index=["t"]), "c", "l")
     assert r"t & a \& b \#1 \{c\} \textbackslash{} \textasciitilde{}\textasciicircum{}\$ \\" in odd
+
+
+def test_pipe_table_writes_rows_unpadded_under_a_three_dash_rule():
+    from ropelab.analysis.report.tables import pipe_table
+
+    lines = pipe_table(["scheme", "1×", "2×"], [["rope", 1.5, ""], ["pope", "0.25 ± 0.01 (n=3)", "x"]], "lrr")
+    assert lines == ["| scheme | 1× | 2× |", "|---|---:|---:|", "| rope | 1.5 |  |", "| pope | 0.25 ± 0.01 (n=3) | x |"]
+    assert pipe_table(["a", "b"], [], "ll") == ["| a | b |", "|---|---|"]
+    assert pipe_table(["n"], [["007"]], "r") == ["| n |", "|---:|", "| 007 |"], "a number-like cell stays as written"

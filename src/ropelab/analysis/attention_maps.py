@@ -17,8 +17,8 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
-import yaml
 
+from ropelab.core import record
 from ropelab.core.locality import attention_weights, validation_example
 from ropelab.core.model import Llama
 
@@ -55,10 +55,14 @@ def load_run_model(run_dir: str | Path, checkpoint: str = "checkpoints/last.ckpt
         raise RunFolderError(f"{run_dir} is not a run folder (no config.yaml)")
     if not (run_dir / checkpoint).is_file():
         raise RunFolderError(f"{run_dir / checkpoint} does not exist: the run never reached a validation")
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg = record.read(run_dir).saved_config
+    if cfg is None:
+        raise RunFolderError(f"{run_dir / 'config.yaml'} is not a run's config (unreadable)")
     model, task = model_from_config(cfg)
-    state = torch.load(run_dir / checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-    model.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
+    try:
+        model.load_state_dict(record.checkpoint_weights(run_dir / checkpoint))
+    except record.UnsafeCheckpoint as err:
+        raise RunFolderError(str(err)) from None
     return model.eval(), task, cfg
 
 

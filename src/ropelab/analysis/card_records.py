@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
-from ropelab.analysis.report.records import find_run_dirs, read_yaml
 from ropelab.analysis.report.sweep import IGNORED_KEYS, IGNORED_PREFIXES
-from ropelab.core import identity
+from ropelab.core import identity, record
 from ropelab.core.config import compose, flatten
+from ropelab.core.record import Record
+from ropelab.core.record import run_dirs as find_run_dirs  # noqa: F401  (ropelab.experiments.card's name)
 
 # how a job ran and where it was kept, not what it computed (ropelab.core.identity's lists), but for the optimiser's
 # kernel and the precision, which the card compares
@@ -51,40 +52,33 @@ def differences(a: dict[str, Any], b: dict[str, Any], ignored: Iterable[str] = H
     return {k: (a.get(k), b.get(k)) for k in sorted(keys) if a.get(k) != b.get(k)}
 
 
-@dataclass(frozen=True)
-class Record:
-    path: Path
-    config: dict[str, Any]   # full_config: flattened, defaults filled in
-    summary: dict
+@dataclass(frozen=True, eq=False)
+class CardRecord(Record):
+    """A record read against today's defaults: ``config`` is its config.yaml over the defaults of its task and
+    scheme (``full_config``), so a record of older code compares with today's jobs key by key."""
+    filled: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def seed(self) -> int:
-        return int(self.config["seed"])
-
-    @property
-    def completed(self) -> bool:
-        return self.summary.get("status") == "completed"
+    def config(self) -> dict[str, Any]:
+        return self.filled
 
 
 def read_record(path: Path) -> Record | None:
-    saved = read_yaml(path / "config.yaml")
-    try:
-        summary = json.loads((path / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    if not isinstance(saved, dict) or "task" not in saved or "pos" not in saved:
+    """A completed or not record whose config.yaml names its task and scheme (both still in conf/), with its config
+    over today's defaults; None otherwise."""
+    rec = record.read(path)
+    saved = rec.saved_config
+    if rec.summary is None or saved is None or "task" not in saved or "pos" not in saved:
         return None
     try:
         config = full_config(saved)
     except Exception:  # a task or scheme no longer in conf/: not a job anything here can be
         return None
-    return Record(path=path, config=config, summary=summary)
+    return CardRecord(rec.path, rec.summary, rec.saved_config, filled=config)
 
 
 def records_under(root: Path) -> list[Record]:
-    if not Path(root).is_dir():
-        return []
-    return [r for r in map(read_record, find_run_dirs(Path(root))) if r is not None]
+    return [r for r in map(read_record, record.run_dirs(root)) if r is not None] if Path(root).is_dir() else []
 
 
 def same_setting(a: dict[str, Any], b: dict[str, Any], but: tuple[str, ...] = ()) -> bool:

@@ -68,6 +68,7 @@ from ropelab.analysis import verdict as V
 from ropelab.analysis.guess import floor as task_floor
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import onset_step, sawtooth, train_loss
+from ropelab.core import record as run_record
 from ropelab.core.config import flatten
 from ropelab.core.errors import ConfigError
 
@@ -140,18 +141,10 @@ def read_records(results: Path) -> dict[str, list[Record]]:
     """Every completed record under ``results``, by table (its folder relative to ``results``: a calibration task
     is ``calibration/mod_arith``). A linked run folder reads in each table that links it."""
     tables: dict[str, list[Record]] = {}
-    for dirpath, dirnames, filenames in os.walk(results, followlinks=True):
-        dirnames[:] = sorted(n for n in dirnames if n not in ("report", "checkpoints") and not n.startswith("."))
-        if "summary.json" not in filenames or "config.yaml" not in filenames:
-            continue
-        d = Path(dirpath)
-        summary = json.loads((d / "summary.json").read_text())
-        if summary.get("status") != "completed":
-            continue
-        config = flatten(yaml.load((d / "config.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
-        table = d.parent.relative_to(results).as_posix()
-        tables.setdefault(table, []).append(Record(table, d.name, config, summary, d))
-        dirnames[:] = []
+    for rec in run_record.under(results, completed=True):
+        if rec.saved_config is not None:
+            table = rec.path.parent.relative_to(results).as_posix()
+            tables.setdefault(table, []).append(Record(table, rec.path.name, rec.config, rec.summary, rec.path))
     for csv in sorted(results.glob("*/extrapolation/extrapolation.csv")):
         table = csv.parent.relative_to(results).as_posix()
         tables[table] = evaluation_records(csv, table, results)

@@ -40,6 +40,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ropelab.analysis.report.tables import pipe_table
+
 SUPPORTED = ("rope", "rope_half", "pope")
 
 
@@ -132,18 +134,17 @@ def write_csv(results: Sequence[dict[str, Any]], path: Path) -> None:
 
 
 def write_md(results: Sequence[dict[str, Any]], path: Path) -> str:
+    layers = max(r["q"].shape[0] for r in results)
+    rows = [[r["run"], r["scheme"], r["examples"], f"{max(1, len(r['freq']) // 3) / len(r['freq']):.2f}",
+             *(f"{high_share(r['q'][i].mean(0), r['freq']):.2f} / {high_share(r['k'][i].mean(0), r['freq']):.2f}"
+               for i in range(r["q"].shape[0]))] for r in results]
     lines = ["# Frequency usage", "",
              "Mean q / k norm per frequency channel (rope: per rotated pair; pope: μ = softplus per component), "
              "averaged over positions, heads and the run's first validation examples. The table gives, per layer, "
              "the share of the summed norm in the highest-frequency third of the channels (`flat`: the share of a "
              "flat profile; lower = high frequencies suppressed).", "",
-             "| run | scheme | examples | flat | " + " | ".join(f"layer {i} q / k" for i in range(max(r['q'].shape[0] for r in results))) + " |",
-             "|---|---|---:|---:|" + "---|" * max(r["q"].shape[0] for r in results)]
-    for r in results:
-        cells = [f"{high_share(r['q'][i].mean(0), r['freq']):.2f} / {high_share(r['k'][i].mean(0), r['freq']):.2f}"
-                 for i in range(r["q"].shape[0])]
-        flat = max(1, len(r["freq"]) // 3) / len(r["freq"])
-        lines.append(f"| {r['run']} | {r['scheme']} | {r['examples']} | {flat:.2f} | " + " | ".join(cells) + " |")
+             *pipe_table(["run", "scheme", "examples", "flat", *(f"layer {i} q / k" for i in range(layers))], rows,
+                         "llrr" + "l" * layers)]
     text = "\n".join(lines) + "\n"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)

@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
-import yaml
 
 import tasks
 from tasks.base import IGNORE
 
 SAMPLES = 100_000  # a sampled floor's standard error is then ≤ 0.16 points
+
+from ropelab.core import record
 
 
 def _answers(task, rng, n):
@@ -156,24 +157,25 @@ def floor(task_cfg: dict, ood: bool = False) -> Floor:
     return Floor(value, "10⁵ samples")
 
 
-def _task_configs(configs: Iterable[Path]) -> dict[str, dict]:
-    """The task sections of the runs whose ``config.yaml`` files are given, one per task (per rung of a ladder)."""
+def _task_configs(configs: Iterable[dict]) -> dict[str, dict]:
+    """The task sections of the runs whose configs (config.yaml as saved) are given, one per task (per rung of a
+    ladder)."""
     found: dict[str, dict] = {}
     for config in configs:
-        task_cfg = yaml.safe_load(Path(config).read_text())["task"]
+        task_cfg = config["task"]
         rung = task_cfg.get("rung")
         found.setdefault(task_cfg["name"] + (f" rung {rung}" if rung is not None else ""), task_cfg)
     return dict(sorted(found.items()))
 
 
-def baselines(configs: Iterable[Path], n: int = 20000) -> dict[str, float]:
-    """Guess accuracy (the floor) per task (per rung) of the runs whose ``config.yaml`` files are given."""
+def baselines(configs: Iterable[dict], n: int = 20000) -> dict[str, float]:
+    """Guess accuracy (the floor) per task (per rung) of the runs whose configs are given."""
     return {name: guess_accuracy(tasks.from_config(cfg), n) for name, cfg in _task_configs(configs).items()}
 
 
-def shortcut_levels(configs: Iterable[Path]) -> dict[str, dict[str, float]]:
-    """Each task's (rung's) named shortcuts (``Task.shortcuts``) for the runs whose ``config.yaml`` files are given;
-    tasks that name none are left out."""
+def shortcut_levels(configs: Iterable[dict]) -> dict[str, dict[str, float]]:
+    """Each task's (rung's) named shortcuts (``Task.shortcuts``) for the runs whose configs are given; tasks that
+    name none are left out."""
     return {name: levels for name, cfg in _task_configs(configs).items() if (levels := tasks.from_config(cfg).shortcuts())}
 
 
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("record_root", type=Path, help="a folder of run records, e.g. results/momentum_gamma")
     p.add_argument("--n", type=int, default=20000, help="examples to fit and to score the guess on")
     args = p.parse_args(argv)
-    configs = sorted(args.record_root.glob("*/config.yaml"))
+    configs = [r.saved_config for r in record.under(args.record_root) if r.saved_config]
     for name, acc in baselines(configs, args.n).items():
         print(f"{name}: guess accuracy {100 * acc:.1f} %")
     for name, levels in shortcut_levels(configs).items():

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ropelab.analysis.report import Run, find_run_dirs, load_run, markdown_table, pyplot, smoothed_train_loss
+from ropelab.analysis.report import Run, load_run, markdown_table, pyplot, smoothed_train_loss
+from ropelab.core.record import run_dirs
 from ropelab.analysis.stats import Landmarks, estimate, lockin_step, onset_step, paired_difference, train_loss
 from ropelab.core.runs import atomic_write_text
 
@@ -47,7 +48,7 @@ def load(sources: list[Path], rule: Landmarks) -> pd.DataFrame:
     for source in sources:
         if not source.is_dir():
             continue
-        for path in find_run_dirs(source):
+        for path in run_dirs(source):
             run = load_run(path, source)
             if run.config.get("task.name") != "bio_rotation" or run.status != "completed":
                 continue

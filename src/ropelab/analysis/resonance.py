@@ -35,7 +35,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from ropelab.analysis.report.records import Run, find_run_dirs, load_run, load_trace
+from ropelab.analysis.report.records import Run, load_run, load_trace
+from ropelab.core.record import run_dirs
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import estimate, paired_difference
 
@@ -155,7 +156,7 @@ def gather(paths: Sequence[str | Path]) -> tuple[list[tuple[Run, str]], list[str
         path = Path(path)
         if not path.is_dir():
             raise ResonanceError(f"{path} is not a folder")
-        for run_dir in find_run_dirs(path):
+        for run_dir in run_dirs(path):
             run = load_run(run_dir, path)
             task = run.config.get("task.name")
             if run.status != "completed":
@@ -170,9 +171,7 @@ def gather(paths: Sequence[str | Path]) -> tuple[list[tuple[Run, str]], list[str
 
 
 def analyse_run(run: Run, sweep: str, draws: int, threshold: float = THRESHOLD) -> dict[str, Any]:
-    import yaml
-
-    cfg = yaml.safe_load((run.path / "config.yaml").read_text())
+    cfg = run.record.saved_config
     trace = load_trace(run)
     omega = np.asarray(trace["omega"], dtype=np.float64)  # (validations + 1, heads, pairs)
     distances, weights = BRIDGES[cfg["task"]["name"]](cfg)

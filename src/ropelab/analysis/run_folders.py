@@ -8,19 +8,12 @@ a verdict on the seeds that happened to finish.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
-from ropelab.analysis.report.records import find_run_dirs, read_yaml
+from ropelab.core import record
+from ropelab.core.record import read_yaml
 from ropelab.core.runs import last_checkpoint
-
-
-def completed(run_dir: Path) -> bool:
-    try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status") == "completed"
-    except (OSError, ValueError):
-        return False
 
 
 def planned_seeds(sweep: Path) -> int | None:
@@ -42,5 +35,5 @@ def finished_runs(paths: Sequence[str | Path]) -> list[tuple[Path, int | None]]:
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a folder")
         planned = planned_seeds(path)
-        found += [(d, planned) for d in find_run_dirs(path) if last_checkpoint(d).is_file() and completed(d)]
+        found += [(d, planned) for d in record.run_dirs(path) if last_checkpoint(d).is_file() and record.read(d).completed]
     return found

@@ -39,7 +39,6 @@ import pandas as pd
 
 from ropelab.analysis import guess
 from ropelab.analysis.report.figures import pyplot
-from ropelab.analysis.report.records import read_yaml
 from ropelab.analysis.report.status import budget_lines, machines_section
 from ropelab.analysis.report.sweep import IGNORED_KEYS, IGNORED_PREFIXES, Sweep, ordered, value_label
 from ropelab.analysis.report.tables import markdown_table
@@ -152,7 +151,7 @@ def load(root: Path, rule: Rule, metric: str = METRIC) -> tuple[Sweep, pd.DataFr
     cache: dict = {}
     rows = []
     for run in done:
-        floor = _task_floor(read_yaml(run.path / "config.yaml")["task"], cache)  # the record's own task section
+        floor = _task_floor(run.record.saved_config["task"], cache)  # the record's own task section
         curve = metric_curve(run.metrics, metric)
         rows.append({"run": run.rel, "budget": int(run.config[BUDGET]), "seed": run.config.get("seed"),
                      **{k: value_label(run.config.get(k)) for k in sizes}, "acc": run.final[metric], "floor": floor,

@@ -38,9 +38,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-import yaml
 
-from ropelab.core import positional
+from ropelab.core import positional, record
 from ropelab.core.errors import ConfigError, require
 from ropelab.core.runs import last_checkpoint
 import tasks
@@ -88,11 +87,7 @@ def find_runs(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
     found, skipped = [], []
     for path in map(Path, paths):
         require(path.exists(), "path", str(path), "a run folder or a sweep folder of runs")
-        configs = [path / "config.yaml"] if (path / "config.yaml").is_file() else sorted(path.rglob("config.yaml"))
-        for config in configs:
-            run = config.parent
-            if ".hydra" in run.parts:
-                continue
+        for run in [d for d in record.run_dirs(path) if (d / record.CONFIG).is_file()]:
             if last_checkpoint(run).exists():
                 found.append(run)
             else:
@@ -101,7 +96,7 @@ def find_runs(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
 
 
 def load_config(run: Path) -> dict:
-    return yaml.safe_load((run / "config.yaml").read_text())
+    return record.read(run).saved_config
 
 
 def base_task_config(cfg: dict) -> dict:
@@ -175,15 +170,7 @@ def model_for_run(cfg: dict, vocab_size: int, max_len: int, pos_overrides: dict 
 
 
 def load_weights(model, run: Path) -> None:
-    state = torch.load(last_checkpoint(run), map_location="cpu", weights_only=False)["state_dict"]
-    model.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
-
-
-def run_summary(run: Path) -> dict:
-    import json
-
-    path = run / "summary.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    model.load_state_dict(record.checkpoint_weights(last_checkpoint(run)))
 
 
 def label_of(cfg: dict) -> str:
@@ -202,8 +189,8 @@ def extrapolate_run(run: Path, factors: list[float], variants: list[Variant], sp
                     log=print) -> list[dict[str, Any]]:
     """One row per variant × factor for one run folder (empty metrics and a ``note`` where a length cannot be
     evaluated)."""
-    cfg = load_config(run)
-    summary = run_summary(run)
+    rec = record.read(run)
+    cfg, summary = rec.saved_config, rec.summary or {}
     precision = summary.get("precision") or "32-true"
     base_cfg = base_task_config(cfg)
     own_task = {k: v for k, v in cfg["task"].items() if k != "ood"}
@@ -290,6 +277,7 @@ def tables(rows: list[dict], references: Sequence[str] = ("rope",)) -> str:
     empty cells."""
     import pandas as pd
 
+    from ropelab.analysis.report.tables import pipe_table
     from ropelab.analysis.stats import paired_difference
 
     df = pd.DataFrame(rows)
@@ -304,23 +292,17 @@ def tables(rows: list[dict], references: Sequence[str] = ("rope",)) -> str:
         head = [f"{f:g}× ({'/'.join(map(str, lengths[f])) or '–'})" for f in factors]
         for metric, title in (("loss", "loss"), ("acc", "accuracy")):
             lines += [f"## {task}: {title} against length (× training length, tokens)", "",
-                      "| scheme | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
-            for label, g in part.groupby("label", sort=True):
-                cells = [_cell(list(g.loc[g["factor"] == f, metric])) for f in factors]
-                lines.append(f"| {label} | " + " | ".join(cells) + " |")
-            lines.append("")
+                      *pipe_table(["scheme", *head], [[label, *(_cell(list(g.loc[g["factor"] == f, metric]))
+                                                                for f in factors)]
+                                                      for label, g in part.groupby("label", sort=True)],
+                                  "l" + "r" * len(head)), ""]
         check = part[part["val_loss_run"].notna() & part["loss"].notna()]
         if len(check):
             lines += [f"## {task}: at the run's own training length, against its own validation loss", "",
-                      "| scheme | seed | length | loss here | the run's val/loss | difference |",
-                      "|---|---:|---:|---:|---:|---:|"]
-            for r in check.itertuples():
-                lines.append(f"| {r.label} | {r.seed} | {r.factor:g}× | {r.loss:.6f} | {r.val_loss_run:.6f} | "
-                             f"{r.loss - r.val_loss_run:+.2e} |")
-            lines.append("")
-        lines += [f"## {task}: loss at each length − loss at 1× (per run, then mean ± SD)", "",
-                  "| scheme | " + " | ".join(h for f, h in zip(factors, head) if f != 1.0) + " |",
-                  "|---|" + "---:|" * sum(f != 1.0 for f in factors)]
+                      *pipe_table(["scheme", "seed", "length", "loss here", "the run's val/loss", "difference"],
+                                  [[r.label, r.seed, f"{r.factor:g}×", f"{r.loss:.6f}", f"{r.val_loss_run:.6f}",
+                                    f"{r.loss - r.val_loss_run:+.2e}"] for r in check.itertuples()], "lrrrrr"), ""]
+        growth = []
         for label, g in part.groupby("label", sort=True):
             at1 = g[g["factor"] == 1.0].set_index("run")["loss"]
             cells = []
@@ -328,20 +310,18 @@ def tables(rows: list[dict], references: Sequence[str] = ("rope",)) -> str:
                 if f != 1.0:
                     at = g[g["factor"] == f].set_index("run")["loss"]
                     cells.append(_cell(list((at - at1.reindex(at.index)).dropna()), 3))
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        lines.append("")
+            growth.append([label, *cells])
+        grown = [h for f, h in zip(factors, head) if f != 1.0]
+        lines += [f"## {task}: loss at each length − loss at 1× (per run, then mean ± SD)", "",
+                  *pipe_table(["scheme", *grown], growth, "l" + "r" * len(grown)), ""]
         for reference in (r for r in references if r in set(part["label"])):
             ref = part[part["label"] == reference]
+            paired = [[label, *(paired_difference(
+                g[g["factor"] == f].groupby("seed")["loss"].first().to_dict(),
+                ref[ref["factor"] == f].groupby("seed")["loss"].first().to_dict()).text("{:+.3f}").replace("–", "")
+                for f in factors)] for label, g in part.groupby("label", sort=True) if label != reference]
             lines += [f"## {task}: loss − {reference}'s loss at the same length, paired by seed (mean [95 % t interval])",
-                      "", "| scheme | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
-            for label, g in part.groupby("label", sort=True):
-                if label != reference:
-                    cells = [paired_difference(
-                        g[g["factor"] == f].groupby("seed")["loss"].first().to_dict(),
-                        ref[ref["factor"] == f].groupby("seed")["loss"].first().to_dict()).text("{:+.3f}")
-                        for f in factors]
-                    lines.append(f"| {label} | " + " | ".join(c.replace("–", "") for c in cells) + " |")
-            lines.append("")
+                      "", *pipe_table(["scheme", *head], paired, "l" + "r" * len(head)), ""]
         notes = part[part["note"].astype(bool)]
         if len(notes):
             lines += [f"## {task}: empty cells", ""]

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from ropelab.analysis.report.tables import pipe_table
 from ropelab.core import machine, positional
 from ropelab.core.cli import REPO
 
@@ -141,24 +142,24 @@ def markdown(result: dict[str, Any]) -> str:
                   f"({s['tests']['seconds']} s)", ""]
     if "runs" in s:
         lines += [f"## One bio_rotation run per scheme: {'ok' if s['runs']['ok'] else 'FAILED'} ({s['runs']['seconds']} s)",
-                  "", "| scheme | status | device | precision | compile | steps | wall (s) | train loss | val acc |",
-                  "|---|---|---|---|---|---:|---:|---:|---:|"]
-        for name, r in s["runs"]["runs"].items():
-            fmt = lambda v: "–" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)  # noqa: E731
-            lines.append(f"| {name} | {r['status']} | {r['accelerator']} | {r['precision']} | {r['compile']} | "
-                         f"{r['steps']} | {r['wall_s']} | {fmt(r['train_loss'])} | {fmt(r['val_acc'])} |")
+                  ""]
+        fmt = lambda v: "–" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)  # noqa: E731
+        lines += pipe_table(["scheme", "status", "device", "precision", "compile", "steps", "wall (s)", "train loss",
+                             "val acc"],
+                            [[name, r["status"], r["accelerator"], r["precision"], r["compile"], r["steps"], r["wall_s"],
+                              fmt(r["train_loss"]), fmt(r["val_acc"])] for name, r in s["runs"]["runs"].items()],
+                            "lllllrrrr")
         lines.append("")
     if "bench" in s:
         lines += [f"## Bench: {'ok' if s['bench']['ok'] else 'FAILED'} ({s['bench']['seconds']} s)", "",
                   s["bench"].get("table", s["bench"]["tail"]), ""]
     if "throughput" in s:
-        lines += [f"## Several jobs on one device: {'ok' if s['throughput']['ok'] else 'FAILED'}", "",
-                  "| launcher | jobs at once | jobs | steps each | completed | wall (s) | jobs/hour | vs the first row |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in s["throughput"]["rows"]:
-            how = "packed (members)" if r.get("launcher") == "packed" else "gpu_shared (processes)"
-            lines.append(f"| {how} | {r['n_jobs']} | {r['jobs']} | {r['steps']} | {r['completed']} | {r['wall_s']} | "
-                         f"{r['jobs_per_hour']} | {r['speedup_vs_first']}× |")
+        lines += [f"## Several jobs on one device: {'ok' if s['throughput']['ok'] else 'FAILED'}", ""]
+        lines += pipe_table(["launcher", "jobs at once", "jobs", "steps each", "completed", "wall (s)", "jobs/hour",
+                             "vs the first row"],
+                            [["packed (members)" if r.get("launcher") == "packed" else "gpu_shared (processes)",
+                              r["n_jobs"], r["jobs"], r["steps"], r["completed"], r["wall_s"], r["jobs_per_hour"],
+                              f"{r['speedup_vs_first']}×"] for r in s["throughput"]["rows"]], "lrrrrrrr")
         lines.append("")
     failed = [f"### {k}\n```\n{v.get('tail', '')[-2000:]}\n```" for k, v in s.items() if not v.get("ok") and k != "throughput"]
     return "\n".join(lines + failed) + "\n"

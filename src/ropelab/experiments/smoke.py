@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ropelab.analysis.report.tables import pipe_table
 from ropelab.core import positional
 from ropelab.core.build import build
 from ropelab.core.config import compose
@@ -54,12 +55,10 @@ def matrix(overrides: list[str]) -> dict[str, dict[str, dict]]:
 
 def markdown(results: dict[str, dict[str, dict]], header: str) -> str:
     schemes = positional.names()
-    lines = [header, "", "Loss before the step (s per step)", "", "| task | " + " | ".join(schemes) + " |",
-             "|---" * (len(schemes) + 1) + "|"]
-    for task_name, row in results.items():
-        cells = [f"{c['loss']:.3f} ({c['seconds']:.2f}s)" if "loss" in c else f"ERROR {c['error'][:40]}"
-                 for c in (row[s] for s in schemes)]
-        lines.append(f"| {task_name} | " + " | ".join(cells) + " |")
+    rows = [[task_name, *(f"{c['loss']:.3f} ({c['seconds']:.2f}s)" if "loss" in c else f"ERROR {c['error'][:40]}"
+                          for c in (row[s] for s in schemes))] for task_name, row in results.items()]
+    lines = [header, "", "Loss before the step (s per step)", "",
+             *pipe_table(["task", *schemes], rows, "l" * (len(schemes) + 1))]
     return "\n".join(lines) + "\n"
 
 

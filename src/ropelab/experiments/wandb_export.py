@@ -13,36 +13,33 @@ ignored by git), never into the records.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from ropelab.core import record
 from ropelab.core.loggers import _wandb_tags
-from ropelab.core.runs import RUNS_ROOT, SUMMARY, TRACE, read_summary, shorter
+from ropelab.core.record import Record
+from ropelab.core.runs import RUNS_ROOT, SUMMARY, TRACE, shorter
 
 DEFAULT_OUT = RUNS_ROOT / "wandb_export"
 
 
-def records(table: Path) -> list[Path]:
-    """The job folders of a table: every folder holding a summary.json, in name order."""
-    return sorted(p.parent for p in Path(table).glob(f"*/{SUMMARY}"))
+def records(table: Path) -> list[Record]:
+    """The records of a table (nested tables' too): every run folder holding a summary.json, in path order."""
+    return [r for r in record.under(table) if r.summary is not None]
 
 
-def history(record: Path) -> dict[int, dict[str, float]]:
+def history(rec: Record) -> dict[int, dict[str, float]]:
     """A record's logged values by step: ``metrics.csv``'s rows (a blank is no value) merged per step."""
     by_step: dict[int, dict[str, float]] = defaultdict(dict)
-    path = record / "metrics.csv"
-    if path.is_file():
-        with path.open(newline="") as f:
-            for row in csv.DictReader(f):
-                step = int(float(row.pop("step")))
-                row.pop("epoch", None)
-                by_step[step].update({k: float(v) for k, v in row.items() if v not in ("", None)})
+    if rec.metrics is not None:
+        for row in rec.metrics.drop(columns=["epoch"], errors="ignore").to_dict("records"):
+            step = int(row.pop("step"))
+            by_step[step].update({k: float(v) for k, v in row.items() if not math.isnan(v)})
     return by_step
 
 
@@ -55,24 +52,23 @@ def _flat(prefix: str, value, out: dict) -> dict:
     return out
 
 
-def export_record(wandb, record: Path, out: Path, group: str, project: str, entity: str | None) -> None:
+def export_record(wandb, rec: Record, out: Path, group: str, project: str, entity: str | None) -> None:
     """One record as one offline W&B run."""
-    config = yaml.safe_load((record / "config.yaml").read_text()) if (record / "config.yaml").is_file() else {}
-    summary = read_summary(record) or {}
-    steps = history(record)
-    trace = np.load(record / TRACE) if (record / TRACE).is_file() else None
+    config, summary = rec.saved_config or {}, rec.summary or {}
+    steps = history(rec)
+    trace = np.load(rec.path / TRACE) if (rec.path / TRACE).is_file() else None
     if trace is not None:
         for i, step in enumerate(trace["steps"].tolist()):
             steps[int(step)].update({f"pos/{name}": wandb.Histogram(trace[name][i].ravel())
                                      for name in trace.files if name != "steps"})
-    run = wandb.init(mode="offline", dir=str(out), project=project, entity=entity, group=group, name=record.name,
+    run = wandb.init(mode="offline", dir=str(out), project=project, entity=entity, group=group, name=rec.path.name,
                      job_type="record", tags=["record", *_wandb_tags(config)], config=config,
                      settings=wandb.Settings(quiet=True, silent=True))
     for step in sorted(steps):
         run.log(steps[step], step=step)
     run.summary.update(_flat("", {k: summary.get(k) for k in ("status", "final", "steps", "wall_seconds", "precision",
                                                                 "accelerator", "threads", "machine")}, {}))
-    run.summary["record"] = str(shorter(record))
+    run.summary["record"] = str(shorter(rec.path))
     run.finish(exit_code=0 if summary.get("status") == "completed" else 1)
 
 
@@ -104,8 +100,8 @@ def export(table: Path, out: Path = DEFAULT_OUT, project: str = "ropelab", entit
     out = Path(out) / table.name
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("WANDB_SILENT", "true")
-    for record in found:
-        export_record(wandb, record, out, table.name, project, entity)
+    for rec in found:
+        export_record(wandb, rec, out, table.name, project, entity)
     export_report(wandb, table, out, table.name, project, entity)
     return out
 

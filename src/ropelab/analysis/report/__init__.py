@@ -40,12 +40,12 @@ from ropelab.analysis.report.cells import aggregate, pivot, rel_degradation
 from ropelab.analysis.report.cli import compare_runs, main
 from ropelab.analysis.report.figures import file_part, pyplot
 from ropelab.analysis.report.papers import load_paper_values, paper_for
-from ropelab.analysis.report.records import Run, find_run_dirs, flatten, load_run, smoothed_train_loss
+from ropelab.analysis.report.records import Run, flatten, load_run, smoothed_train_loss
 from ropelab.analysis.report.status import budget_lines
 from ropelab.analysis.report.sweep import Sweep
 from ropelab.analysis.report.tables import latex_table, markdown_table
 from ropelab.analysis.report.write import open_report, write_report
 
-__all__ = ["Run", "Sweep", "aggregate", "budget_lines", "compare_runs", "file_part", "find_run_dirs", "flatten",
+__all__ = ["Run", "Sweep", "aggregate", "budget_lines", "compare_runs", "file_part", "flatten",
            "latex_table", "load_paper_values", "load_run", "main", "markdown_table", "open_report", "paper_for",
            "pivot", "pyplot", "rel_degradation", "smoothed_train_loss", "write_report"]

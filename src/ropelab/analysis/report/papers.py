@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ropelab.analysis.report.records import read_yaml
+from ropelab.core.record import read_yaml
 from ropelab.core.cli import CONF_DIR
 
 PAPER_VALUES = CONF_DIR / "paper_values.yaml"

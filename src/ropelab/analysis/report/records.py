@@ -4,8 +4,6 @@ read: their config comes from Hydra's ``.hydra/`` or the folder name, their stat
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,10 +15,9 @@ import yaml
 import tasks
 
 from ropelab.analysis.stats import train_loss
-from ropelab.core import runs
+from ropelab.core import record, runs
 from ropelab.core.config import flatten
-
-SKIP_DIRS = {"report", "wandb", "checkpoints", ".submitit", ".hydra", "__pycache__"}
+from ropelab.core.record import read_yaml  # noqa: F401  (ropelab.analysis.card reads it here)
 
 
 @dataclass
@@ -38,6 +35,7 @@ class Run:
     final: dict[str, float] = field(default_factory=dict)
     group_name: str = ""  # the task's group key (gap, depth, length, shift) that ``exact_by_group`` is per
     exact_by_group: dict[str, dict[str, float]] = field(default_factory=dict)  # split → group → exact match
+    record: record.Record | None = None  # the folder as read: its config.yaml as saved, identity, machine
 
 
 def exact_by_group(summary: dict | None, task: str | None) -> tuple[str, dict[str, dict[str, float]]]:
@@ -49,30 +47,6 @@ def exact_by_group(summary: dict | None, task: str | None) -> tuple[str, dict[st
     if not splits:
         return "", {}
     return per_group.get("group") or getattr(tasks.registry().get(task), "group_name", "group"), splits
-
-
-def find_run_dirs(sweep: Path) -> list[Path]:
-    """Folders under ``sweep`` that are runs: they hold summary.json, config.yaml or a Hydra job's .hydra/."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(sweep, followlinks=True):  # compare_runs links its runs
-        d = Path(dirpath)
-        if "summary.json" in filenames or "config.yaml" in filenames or (d / ".hydra" / "overrides.yaml").is_file():
-            found.append(d)
-            dirnames[:] = []
-            continue
-        dirnames[:] = sorted(n for n in dirnames if n not in SKIP_DIRS and not n.startswith("."))
-    return sorted(found)
-
-
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader: 10× faster on ~100 configs
-
-
-def read_yaml(path: Path) -> Any:
-    """The parsed file, or None when it is missing or not YAML."""
-    try:
-        return yaml.load(path.read_text(), Loader=_Loader)
-    except (OSError, yaml.YAMLError):
-        return None
 
 
 def _parse_override(item: str) -> tuple[str, Any] | None:
@@ -88,14 +62,9 @@ def _parse_override(item: str) -> tuple[str, Any] | None:
 
 
 def load_run(path: Path, sweep: Path) -> Run:
-    summary = None
-    if (path / "summary.json").is_file():
-        try:
-            summary = json.loads((path / "summary.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            summary = None
-    raw, full = read_yaml(path / "config.yaml"), True
-    if not isinstance(raw, dict):
+    rec = record.read(path)
+    summary, raw, full = rec.summary, rec.saved_config, True
+    if raw is None:
         raw = read_yaml(path / ".hydra" / "config.yaml")  # composed by Hydra when the job started
         if isinstance(raw, dict):
             raw.pop("hydra", None)
@@ -108,17 +77,10 @@ def load_run(path: Path, sweep: Path) -> Run:
         for key, skey in (("task.name", "task"), ("pos.name", "pos"), ("seed", "seed")):
             if summary and skey in summary:
                 config.setdefault(key, summary[skey])
-    status = (summary or {}).get("status") or "no summary"
     run = Run(path=path, rel=str(path.relative_to(sweep)) if path != sweep else path.name, config=config,
-              full_config=full, summary=summary, status=status)
-    final = (summary or {}).get("final") or {}
-    run.final = {k: float(v) for k, v in final.items() if isinstance(v, (int, float))}
+              full_config=full, summary=summary, status=rec.status, metrics=rec.metrics, record=rec)
+    run.final = {k: float(v) for k, v in rec.final.items() if isinstance(v, (int, float))}
     run.group_name, run.exact_by_group = exact_by_group(summary, config.get("task.name"))
-    if (path / "metrics.csv").is_file():
-        try:
-            run.metrics = pd.read_csv(path / "metrics.csv")
-        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
-            run.metrics = None
     return run
 
 

@@ -11,7 +11,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from ropelab.analysis.report.records import Run, find_run_dirs, load_run, smoothed_train_loss
+from ropelab.analysis.report.records import Run, load_run, smoothed_train_loss
+from ropelab.core.record import run_dirs
 from ropelab.analysis.stats import Landmarks, lockin_step, onset_step, train_loss
 from ropelab.core import identity
 
@@ -51,7 +52,7 @@ def ordered(values: Iterable[Any], preferred: list[str] | None = None) -> list[A
 class Sweep:
     def __init__(self, root: Path, rule: Landmarks):
         self.root, self.rule = Path(root), rule
-        found = [load_run(p, self.root) for p in find_run_dirs(self.root)]
+        found = [load_run(p, self.root) for p in run_dirs(self.root)]
         # a folder that never reached training (a rejected config, a job killed at start-up) has no table cell
         self.never_started = [r for r in found if not r.full_config and r.status in ("no summary", "failed")]
         self.runs = [r for r in found if r not in self.never_started]

@@ -11,7 +11,7 @@ from ropelab.analysis.report.cells import aggregate, rel_degradation
 from ropelab.analysis.report.figures import attention_section, curves_section, params_section
 from ropelab.analysis.report.momentum import default_ckpt_roots, section as momentum_section
 from ropelab.analysis.report.papers import PAPER_VALUES, load_paper_values
-from ropelab.analysis.report.records import read_yaml
+from ropelab.core.record import read_yaml
 from ropelab.analysis.report.results import (comparison_section, degradation_section, group_section, metric_tables,
                                              papers_section)
 from ropelab.analysis.report.status import runs_table, status_section

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ropelab.analysis.report.tables import pipe_table
 from ropelab.core import machine
 from ropelab.experiments.bench.hardware import cpu_info, load_avg, matmul_peak, matmul_shapes, proc_loadavg, sync
 from ropelab.experiments.bench.models import (QUICK, REFERENCE, ROOT, SCHEMES, Bench, build_hf, build_ours, hf_available,
@@ -238,19 +239,18 @@ def markdown(result: dict[str, Any]) -> str:
         return "\n".join(lines + mixes_markdown(result["mixes"])) + "\n"
     lines += [f"d_model {s['d_model']}, {s['n_layers']} layers, {s['n_heads']} heads, MLP {s['mlp_hidden']}, "
               f"seq {s['seq_len']}, batch {s['batch_size']}; full AdamW training step, median of "
-              f"{result['args']['rounds']} interleaved rounds", "",
-              "| config | precision | step median (s) | best (s) | tokens/s | vs HF same precision | vs HF fp32 "
-              "| vs rope | GFLOP/s (best) | of limit | limit (s) at |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              f"{result['args']['rounds']} interleaved rounds", ""]
 
     def ratio(row, key):
         return f"{row[key]:.2f} ({row[key + '_cpu']:.2f})" if key in row else "–"
 
-    for label, row in result["steps"].items():
-        lines.append(f"| {label} | {row['precision']} | {row['step_s']:.4g} | {row['best_step_s']:.4g} | "
-                     f"{row['tokens_per_s']:,.0f} | {ratio(row, 'vs_hf')} | {ratio(row, 'vs_hf_fp32')} | "
-                     f"{ratio(row, 'vs_rope')} | {row['gflops_best']:.1f} | {100 * row['fraction_of_limit']:.0f} % | "
-                     f"{row['limit_s']:.3g} at {row['limit_gemm']} |")
+    lines += pipe_table(["config", "precision", "step median (s)", "best (s)", "tokens/s", "vs HF same precision",
+                         "vs HF fp32", "vs rope", "GFLOP/s (best)", "of limit", "limit (s) at"],
+                        [[label, row["precision"], f"{row['step_s']:.4g}", f"{row['best_step_s']:.4g}",
+                          f"{row['tokens_per_s']:,.0f}", ratio(row, "vs_hf"), ratio(row, "vs_hf_fp32"),
+                          ratio(row, "vs_rope"), f"{row['gflops_best']:.1f}", f"{100 * row['fraction_of_limit']:.0f} %",
+                          f"{row['limit_s']:.3g} at {row['limit_gemm']}"] for label, row in result["steps"].items()],
+                        "llrrrrrrrrl")
     lines += ["", "Ratios > 1 are faster: the median over rounds of the per-round ratio of step times (wall clock; "
               "process CPU time in brackets). \"of limit\": the step's FLOPs at the best GEMM rate of its precision "
               "(measured below, same run), over its best step time."]
@@ -262,20 +262,16 @@ def markdown(result: dict[str, Any]) -> str:
     if result["skipped"]:
         lines.append("Skipped: " + "; ".join(f"{k} ({v})" for k, v in result["skipped"].items()))
     if result.get("targets"):
-        lines += ["", "| target | value | met |", "|---|---:|---|"]
-        for t in result["targets"]:
-            met = "–" if t["met"] is None else "met" if t["met"] else "**missed**"
-            value = "–" if t["value"] is None else f"{t['value']:.3g}"
-            lines.append(f"| {t['target']} | {value} | {met} |")
+        lines += ["", *pipe_table(["target", "value", "met"],
+                                  [[t["target"], "–" if t["value"] is None else f"{t['value']:.3g}",
+                                    "–" if t["met"] is None else "met" if t["met"] else "**missed**"]
+                                   for t in result["targets"]], "lrl")]
     gens = result.get("generators", {})
     if gens:
-        lines += ["", "| task generator | samples/s | training consumes/s | ratio |", "|---|---:|---:|---:|"]
-        for name, g in gens.items():
-            if "error" in g:
-                lines.append(f"| {name} | error: {g['error'][:60]} | | |")
-            else:
-                lines.append(f"| {name} | {g['samples_per_s']:,.0f} | {g.get('training_consumes_per_s', '–')} | "
-                             f"{g.get('ratio', '–')}× |")
+        lines += ["", *pipe_table(["task generator", "samples/s", "training consumes/s", "ratio"],
+                                  [[name, f"error: {g['error'][:60]}", "", ""] if "error" in g else
+                                   [name, f"{g['samples_per_s']:,.0f}", g.get("training_consumes_per_s", "–"),
+                                    f"{g.get('ratio', '–')}×"] for name, g in gens.items()], "lrrr")]
     run = result.get("default_run")
     if run:
         lines += ["", f"Default run (`{run['command']}`): wall {run['wall_s']} s (fit + test {run.get('fit_test_s')} "
@@ -286,11 +282,9 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", f"bifocal_table1 ({est['jobs']} jobs, {est['parallel']} at a time, 1 thread each, "
                       f"{est['precision']}): **estimated** wall {est['wall_s'] / 60:.1f} min ({est['note']}; start-up "
                       f"{est['startup_s_per_job']} s per job)", "",
-                  "| task / scheme | seq | train step CPU (s) | eval forward CPU (s) | job CPU (s) |",
-                  "|---|---:|---:|---:|---:|"]
-        for key, e in est["per_task_scheme"].items():
-            lines.append(f"| {key} | {e['seq_len']} | {e['train_step_cpu_s']:.4f} | {e['eval_forward_cpu_s']:.4f} | "
-                         f"{e['job_cpu_s']:.0f} |")
+                  *pipe_table(["task / scheme", "seq", "train step CPU (s)", "eval forward CPU (s)", "job CPU (s)"],
+                              [[key, e["seq_len"], f"{e['train_step_cpu_s']:.4f}", f"{e['eval_forward_cpu_s']:.4f}",
+                                f"{e['job_cpu_s']:.0f}"] for key, e in est["per_task_scheme"].items()], "lrrrr")]
     return "\n".join(lines) + "\n"
 
 

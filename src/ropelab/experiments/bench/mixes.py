@@ -43,6 +43,7 @@ from typing import Any, Callable
 import torch
 from omegaconf import OmegaConf
 
+from ropelab.analysis.report.tables import pipe_table
 from ropelab.core.lit import LitLM, Member, answer_loss, train_step
 from ropelab.experiments.bench.hardware import sync
 
@@ -340,15 +341,14 @@ def profile_step(job: Job, device: str, steps: int = 3) -> dict[str, Any]:
 def markdown(mixes: dict[str, Any]) -> list[str]:
     lines = ["", f"### Jobs per core-hour by table and lever (training steps at 1 thread, process CPU time; median "
                  f"of {mixes['rounds']} interleaved rounds)", "",
-             "| table | jobs | " + " | ".join(LEVERS) + " |", "|---|---:|" + "---:|" * len(LEVERS)]
-    for name, table in mixes["tables"].items():
-        cols = [f"{v['jobs_per_core_hour']:.1f} ({v['speedup']:.2f}×)" for v in table["levers"].values()]
-        lines.append(f"| {name} | {table['jobs']} | " + " | ".join(cols) + " |")
+             *pipe_table(["table", "jobs", *LEVERS],
+                         [[name, table["jobs"], *(f"{v['jobs_per_core_hour']:.1f} ({v['speedup']:.2f}×)"
+                                                  for v in table["levers"].values())]
+                          for name, table in mixes["tables"].items()], "lr" + "r" * len(LEVERS))]
     extra = [x for x in EXTRA if any(x in c for t in mixes["tables"].values() for c in t["cells"])]
     lines += ["", "Each cell: jobs per core-hour (speed-up over today, the median over rounds of the per-round "
-                  "ratio). Per job shape, step CPU ms and speed-up (packed: per member):", "",
-              "| table | cell | jobs × steps | " + " | ".join([*LEVERS, *extra]) + " |",
-              "|---|---|---:|" + "---:|" * (len(LEVERS) + len(extra))]
+                  "ratio). Per job shape, step CPU ms and speed-up (packed: per member):", ""]
+    rows = []
     for name, table in mixes["tables"].items():
         for c in table["cells"]:
             cols = [f"{c[lever]['cpu_ms']:.1f} ({c[lever]['speedup']:.2f}×)" for lever in LEVERS]
@@ -357,11 +357,12 @@ def markdown(mixes: dict[str, Any]) -> list[str]:
                 cols.append("–" if v is None else f"{v['cpu_ms']:.1f} ({v['speedup']:.2f}×)" + (
                     "" if lever != COMPILED else f", compile {v['compile_s']} s, pays after "
                     f"{v['pays_after_steps'] if v['pays_after_steps'] is not None else '∞'} steps"))
-            lines.append(f"| {name} | {c['cell']} | {c['jobs']} × {c['steps']} | " + " | ".join(cols) + " |")
+            rows.append([name, c["cell"], f"{c['jobs']} × {c['steps']}", *cols])
+    lines += pipe_table(["table", "cell", "jobs × steps", *LEVERS, *extra], rows, "llr" + "r" * (len(LEVERS) + len(extra)))
     if mixes.get("targets"):
-        lines += ["", "| target (issue 23) | value | met |", "|---|---:|---|"]
-        for t in mixes["targets"]:
-            lines.append(f"| {t['target']} | {t['value']:.3g} | {'met' if t['met'] else '**missed**'} |")
+        lines += ["", *pipe_table(["target (issue 23)", "value", "met"],
+                                  [[t["target"], f"{t['value']:.3g}", "met" if t["met"] else "**missed**"]
+                                   for t in mixes["targets"]], "lrl")]
     for name, p in (mixes.get("profiles") or {}).items():
         phases = ", ".join(f"{k} {v:.1f} (today {p['phases_today_ms'][k]:.1f})" for k, v in p["phases_ms"].items())
         ops = ", ".join(f"{k} {v:.1f} ({100 * p['ops_share'][k]:.0f} %)" for k, v in p["ops_ms"].items())
