@@ -12,7 +12,8 @@ from ropelab.core import cli, train
 from ropelab.core.config import compose
 from ropelab.core.errors import ConfigError
 from ropelab.core.schema import check_schema
-from ropelab.core.train import as_typed, run
+from ropelab.core.cli import as_typed
+from ropelab.core.train import run
 
 import tasks
 

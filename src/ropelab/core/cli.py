@@ -20,6 +20,10 @@ REPO = Path(__file__).resolve().parents[3]  # the checkout: src/ropelab/core/cli
 CONF_DIR = REPO / "conf"
 
 
+# the config groups of a run; conf/ holds other folders (claims/, card/) that the claims engine and the card read
+RUN_GROUPS = ("task", "pos", "model", "trainer", "logger", "experiment")
+
+
 def group_choices(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
@@ -78,6 +82,9 @@ def check_overrides(argv: list[str]) -> None:
                 _fail(str(err))
         if override.is_add() or override.is_force_add() or override.is_delete() or key.startswith("hydra"):
             continue
+        if "." not in key and "/" not in key and key not in RUN_GROUPS and (CONF_DIR / key).is_dir():
+            _fail(f"{key}= is not a config group of a run (conf/{key}/ is read by its own command): the groups are "
+                  f"{', '.join(RUN_GROUPS)}")
         if "." not in key and "/" not in key and (CONF_DIR / key).is_dir():
             values = override_values(override)
             if not values or values[0] in (None, ""):  # group=null
@@ -108,3 +115,102 @@ def _check_keys_exist(groups: list[str], keys: list[str]) -> None:
             close = [f"{parent}.{c}" if parent else c for c in difflib.get_close_matches(leaf, names, n=1)]
             _fail(f"{key} is not a known key{f' (did you mean {close[0]}?)' if close else ''}: valid keys "
                   f"under {parent or 'the root'} are {', '.join(names) or '(none)'}")
+
+
+INSPECTING = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+              "--resolve", "-p", "--package")
+
+
+def sweep_jobs(argv: list[str]) -> list[list[str]]:
+    """The overrides of every job ``python train.py -m <argv>`` launches, as Hydra's basic sweeper makes them: the
+    preset's ``hydra.sweeper.params``, then the command line (a later value for a key replacing an earlier one),
+    the product."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from omegaconf import OmegaConf
+
+    from ropelab.core.config import compose_with_hydra
+
+    given = [a for a in argv if "=" in a and not a.startswith("-")]
+    parser = OverridesParser.create()
+    plain = [o.input_line for o in parser.parse_overrides(given) if not o.is_sweep_override()]
+    params = OmegaConf.select(compose_with_hydra(plain), "hydra.sweeper.params") or {}
+    axes: dict[str, list[str]] = {}
+    for o in parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *given]):
+        key = o.get_key_element()
+        axes[key] = ([f"{key}={v}" for v in override_values(o)] if o.is_sweep_override()
+                     else [f"{key}={o.get_value_element_as_str()}"])
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
+def check_sweep(argv: list[str]) -> None:
+    """``-m``: every job's config is checked (``ropelab.core.build.check_config``) before the first one trains, so
+    one bad value in a sweep is one line and nothing trains (exit 2). Jobs that differ in the seed alone are
+    checked once. A sweep Hydra's basic sweeper does not make (another ``hydra/sweeper``) is left to its jobs."""
+    from ropelab.core.build import check_config
+    from ropelab.core.config import compose
+    from ropelab.core.errors import ConfigError
+
+    if any(a.split("=", 1)[0] in ("hydra/sweeper", "hydra.sweeper") for a in argv):
+        return
+    try:
+        jobs = sweep_jobs(argv)
+    except Exception:  # what Hydra itself refuses on this command line, it reports as it launches
+        return
+    checked: set[tuple[str, ...]] = set()
+    for job in jobs:
+        key = tuple(o for o in job if not o.startswith("seed="))
+        if key in checked:
+            continue
+        checked.add(key)
+        try:
+            check_config(compose([o for o in job if not o.startswith("hydra")]))
+        except ConfigError as err:
+            shown = " ".join(o for o in job if not o.startswith(("hydra", "experiment=")))
+            print(f"error: [{shown}] {as_typed(str(err), job)}\nnothing trained: every job of a sweep is checked "
+                  f"before the first one trains", file=sys.stderr)
+            sys.exit(2)
+        except Exception:  # not a config mistake of ours (a Hydra composition error): Hydra reports it per job
+            continue
+
+
+def as_typed(message: str, overrides: list[str]) -> str:
+    """A ConfigError's ``key=value`` with the value as the command line wrote it (``trainer.max_steps=1e3``, which
+    YAML reads as 1000.0; ``[1.0,0.5]``, which the message shows as ``[1.0, 0.5]``), so the line names what the
+    user typed, once."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    key, sep, rest = message.partition("=")
+    if not sep or " " in key:
+        return message
+    for override in overrides:
+        typed_key, _, typed = override.partition("=")
+        if typed_key.lstrip("+~") != key or rest.startswith(f"{typed} "):
+            continue
+        try:
+            value = OverridesParser.create().parse_override(override).value()
+        except Exception:  # Hydra refused it earlier than this message could come
+            continue
+        for shown in (repr(value), str(value)):
+            if rest.startswith(f"{shown} ") or rest == shown:
+                return message if shown.strip("'\"") == typed else f"{key}={typed}{rest[len(shown):]}"
+    return message
+
+
+def run_help(text: str) -> str:
+    """Hydra's ``--help`` with the config groups of a run only: it lists every folder of conf/ as a group."""
+    others = tuple(f"{p.name}:" for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in (*RUN_GROUPS, "hydra"))
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(others))
+
+
+def refuse_results_folder(argv: list[str]) -> None:
+    """Exit with one line if ``resume=`` or ``hydra.run.dir=`` names a folder under results/ (records, never trained in)."""
+    from ropelab.core.runs import inside_results
+
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key in ("resume", "hydra.run.dir") and value and inside_results(value.strip("'\"")):
+            _fail(f"{arg}: a folder under results/ holds a record, never trained in (python -m ropelab.reproduce "
+                  f"retrains a record into a scratch folder)")
