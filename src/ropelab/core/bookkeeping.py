@@ -179,9 +179,8 @@ def expected_identity(cfg: RunConfig | DictConfig) -> dict[str, Any]:
     resolves it (its ``machine``)."""
     from ropelab.core.lit import choose_fused
 
-    settings = RunConfig.of(cfg)
-    m = settings.machine
-    fused, _ = choose_fused(settings.optim.fused, [_Parameter(torch.device(m.accelerator))], m.precision == "16-mixed")
+    m = cfg.machine if isinstance(cfg, RunConfig) else machine.decide(cfg.trainer)  # a DictConfig: the packed launcher's
+    fused, _ = choose_fused(cfg.optim.fused, [_Parameter(torch.device(m.accelerator))], m.precision == "16-mixed")
     return {"optim.fused": fused, "trainer.compile": m.compile, "trainer.precision": m.precision,
             "trainer.threads": m.threads, "trainer.accelerator": m.accelerator, "trainer.devices": m.devices}
 
