@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ropelab.core import bookkeeping, runs, sweep_summary
 from ropelab.core.bookkeeping import checkpoint_missing, close_run, completed, config_text, decide, diverged
-from ropelab.core.bookkeeping import expected_identity, last_logged, record_dir_of, record_plan, start_summary
+from ropelab.core.bookkeeping import expected_identity, last_logged, record_dir_of, start_summary
 from ropelab.core.build import Built, build
 from ropelab.core.cli import CONF_DIR, INSPECTING, check_sweep, refuse_results_folder, run_help
 from ropelab.core.errors import ConfigError
@@ -186,9 +186,9 @@ def entry() -> None:
         sys.exit(sweep_summary.INTERRUPTED_EXIT)
 
 
-# what ropelab.core.packed_launcher calls by these names: helper "step" is rewriting it; once it imports
-# ropelab.core.bookkeeping and ropelab.core.machine directly, these go
-_decide, _last_checkpoint_step = decide, bookkeeping.last_checkpoint_step
+# what ropelab.core.packed_launcher calls by these names (with config_text, start_summary, completed, diverged,
+# close_run above): helper "step" is rewriting it; once it imports ropelab.core.bookkeeping and machine, these go
+record_plan, _decide, _last_checkpoint_step = bookkeeping.record_plan, decide, bookkeeping.last_checkpoint_step
 
 
 def _threads(cfg: DictConfig) -> int:
