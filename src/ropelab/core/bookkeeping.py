@@ -1,6 +1,7 @@
 """Run bookkeeping, beside training (``ropelab.core.train``): what to do with a job's folder (skip, start afresh,
 resume), whether its record is kept or it is a trial, its summary.json from start to close, and its outcome: the
-console lines, the sweep summary's note and the exit code.
+console lines, the sweep summary's note and the exit code; before Hydra starts, a sweep's every job checked and a
+results/ folder refused.
 """
 
 from __future__ import annotations
@@ -424,3 +425,70 @@ def job(cfg: DictConfig, train: Callable[..., dict], packed: dict[str, Any] | No
         if sweep_summary.launched_here():
             raise KeyboardInterrupt  # ends this launch's remaining jobs; entry() prints the sweep's summary
     return summary.get("final", {}).get("val/loss")
+
+
+INSPECTING = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+              "--resolve", "-p", "--package")
+
+
+def sweep_jobs(argv: list[str]) -> list[list[str]]:
+    """The overrides of every job ``python train.py -m <argv>`` launches, as Hydra's basic sweeper makes them: the
+    preset's ``hydra.sweeper.params``, then the command line (a later value for a key replacing an earlier one),
+    the product."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ropelab.core.cli import override_values
+    from ropelab.core.config import compose_with_hydra
+
+    given = [a for a in argv if "=" in a and not a.startswith("-")]
+    parser = OverridesParser.create()
+    plain = [o.input_line for o in parser.parse_overrides(given) if not o.is_sweep_override()]
+    params = OmegaConf.select(compose_with_hydra(plain), "hydra.sweeper.params") or {}
+    axes: dict[str, list[str]] = {}
+    for o in parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *given]):
+        key = o.get_key_element()
+        axes[key] = ([f"{key}={v}" for v in override_values(o)] if o.is_sweep_override()
+                     else [f"{key}={o.get_value_element_as_str()}"])
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
+def check_sweep(argv: list[str]) -> None:
+    """``-m``: every job's config is checked (``ropelab.core.build.check_config``) before the first one trains, so
+    one bad value in a sweep is one line and nothing trains (exit 2). Jobs that differ in the seed alone are
+    checked once. A sweep Hydra's basic sweeper does not make (another ``hydra/sweeper``) is left to its jobs."""
+    from ropelab.core.build import check_config
+    from ropelab.core.config import compose
+
+    if any(a.split("=", 1)[0] in ("hydra/sweeper", "hydra.sweeper") for a in argv):
+        return
+    try:
+        jobs = sweep_jobs(argv)
+    except Exception:  # what Hydra itself refuses on this command line, it reports as it launches
+        return
+    checked: set[tuple[str, ...]] = set()
+    for job in jobs:
+        key = tuple(o for o in job if not o.startswith("seed="))
+        if key in checked:
+            continue
+        checked.add(key)
+        try:
+            check_config(compose([o for o in job if not o.startswith("hydra")]))
+        except ConfigError as err:
+            shown = " ".join(o for o in job if not o.startswith(("hydra", "experiment=")))
+            print(f"error: [{shown}] {as_typed(str(err), job)}\nnothing trained: every job of a sweep is checked "
+                  f"before the first one trains", file=sys.stderr)
+            sys.exit(2)
+        except Exception:  # not a config mistake of ours (a Hydra composition error): Hydra reports it per job
+            continue
+
+
+def refuse_results_folder(argv: list[str]) -> None:
+    """Exit with one line if ``resume=`` or ``hydra.run.dir=`` names a folder under results/ (records, never trained in)."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key in ("resume", "hydra.run.dir") and value and runs.inside_results(value.strip("'\"")):
+            print(f"error: {arg}: a folder under results/ holds a record, never trained in (python -m ropelab.reproduce "
+                  f"retrains a record into a scratch folder)", file=sys.stderr)
+            sys.exit(2)

@@ -117,65 +117,6 @@ def _check_keys_exist(groups: list[str], keys: list[str]) -> None:
                   f"under {parent or 'the root'} are {', '.join(names) or '(none)'}")
 
 
-INSPECTING = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
-              "--resolve", "-p", "--package")
-
-
-def sweep_jobs(argv: list[str]) -> list[list[str]]:
-    """The overrides of every job ``python train.py -m <argv>`` launches, as Hydra's basic sweeper makes them: the
-    preset's ``hydra.sweeper.params``, then the command line (a later value for a key replacing an earlier one),
-    the product."""
-    import itertools
-
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from omegaconf import OmegaConf
-
-    from ropelab.core.config import compose_with_hydra
-
-    given = [a for a in argv if "=" in a and not a.startswith("-")]
-    parser = OverridesParser.create()
-    plain = [o.input_line for o in parser.parse_overrides(given) if not o.is_sweep_override()]
-    params = OmegaConf.select(compose_with_hydra(plain), "hydra.sweeper.params") or {}
-    axes: dict[str, list[str]] = {}
-    for o in parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *given]):
-        key = o.get_key_element()
-        axes[key] = ([f"{key}={v}" for v in override_values(o)] if o.is_sweep_override()
-                     else [f"{key}={o.get_value_element_as_str()}"])
-    return [list(job) for job in itertools.product(*axes.values())]
-
-
-def check_sweep(argv: list[str]) -> None:
-    """``-m``: every job's config is checked (``ropelab.core.build.check_config``) before the first one trains, so
-    one bad value in a sweep is one line and nothing trains (exit 2). Jobs that differ in the seed alone are
-    checked once. A sweep Hydra's basic sweeper does not make (another ``hydra/sweeper``) is left to its jobs."""
-    from ropelab.core.build import check_config
-    from ropelab.core.config import compose
-    from ropelab.core.errors import ConfigError
-
-    if any(a.split("=", 1)[0] in ("hydra/sweeper", "hydra.sweeper") for a in argv):
-        return
-    try:
-        jobs = sweep_jobs(argv)
-    except Exception:  # what Hydra itself refuses on this command line, it reports as it launches
-        return
-    checked: set[tuple[str, ...]] = set()
-    for job in jobs:
-        key = tuple(o for o in job if not o.startswith("seed="))
-        if key in checked:
-            continue
-        checked.add(key)
-        try:
-            check_config(compose([o for o in job if not o.startswith("hydra")]))
-        except ConfigError as err:
-            shown = " ".join(o for o in job if not o.startswith(("hydra", "experiment=")))
-            print(f"error: [{shown}] {as_typed(str(err), job)}\nnothing trained: every job of a sweep is checked "
-                  f"before the first one trains", file=sys.stderr)
-            sys.exit(2)
-        except Exception:  # not a config mistake of ours (a Hydra composition error): Hydra reports it per job
-            continue
-
-
 def as_typed(message: str, overrides: list[str]) -> str:
     """A ConfigError's ``key=value`` with the value as the command line wrote it (``trainer.max_steps=1e3``, which
     YAML reads as 1000.0; ``[1.0,0.5]``, which the message shows as ``[1.0, 0.5]``), so the line names what the
@@ -204,13 +145,3 @@ def run_help(text: str) -> str:
     others = tuple(f"{p.name}:" for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in (*RUN_GROUPS, "hydra"))
     return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(others))
 
-
-def refuse_results_folder(argv: list[str]) -> None:
-    """Exit with one line if ``resume=`` or ``hydra.run.dir=`` names a folder under results/ (records, never trained in)."""
-    from ropelab.core.runs import inside_results
-
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if key in ("resume", "hydra.run.dir") and value and inside_results(value.strip("'\"")):
-            _fail(f"{arg}: a folder under results/ holds a record, never trained in (python -m ropelab.reproduce "
-                  f"retrains a record into a scratch folder)")

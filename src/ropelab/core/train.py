@@ -25,7 +25,8 @@ from ropelab.core import bookkeeping, runs, sweep_summary
 from ropelab.core.bookkeeping import checkpoint_missing, close_run, completed, config_text, decide, diverged
 from ropelab.core.bookkeeping import expected_identity, last_logged, record_dir_of, start_summary
 from ropelab.core.build import Built, build
-from ropelab.core.cli import CONF_DIR, INSPECTING, check_sweep, refuse_results_folder, run_help
+from ropelab.core.bookkeeping import INSPECTING, check_sweep, refuse_results_folder
+from ropelab.core.cli import CONF_DIR, run_help
 from ropelab.core.errors import ConfigError
 from ropelab.core.machine import parallel_jobs
 from ropelab.core.schema import RunConfig
