@@ -17,7 +17,7 @@ from ropelab.core import config, runs
 from ropelab.core.build import check_config
 from ropelab.core.cli import axis_values
 from ropelab.core.errors import ConfigError
-from ropelab.core.train import FINAL_METRICS, _check_single_run_of_preset
+from ropelab.core.bookkeeping import FINAL_METRICS, check_single_run_of_preset
 
 CONF = str(ROOT / "conf")
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -207,12 +207,12 @@ def test_a_preset_without_m_names_only_its_multi_valued_axes(preset):
     axes = {k: [str(v) for v in axis_values(k, values)] for k, values in cfg.hydra.sweeper.params.items()}
     several = [k for k, values in axes.items() if len(values) > 1]
     with pytest.raises(ConfigError) as err:
-        _check_single_run_of_preset(cfg, cfg.hydra)
+        check_single_run_of_preset(cfg, cfg.hydra)
     message = str(err.value)
     assert "-m" in message and "\n" not in message
     assert [k for k in axes if f"{k} (" in message] == several
     picked = composed(f"experiment={preset}", *(f"{k}={axes[k][0]}" for k in several), hydra=True)
-    _check_single_run_of_preset(picked, picked.hydra)
+    check_single_run_of_preset(picked, picked.hydra)
 
 
 def test_a_preset_job_without_m_trains_the_presets_task(tmp_path):

@@ -11,7 +11,8 @@ from conftest import ROOT, TINY, run_train, torch_threads_kept
 from ropelab.core import runs
 from ropelab.core.config import compose
 from ropelab.core.errors import ConfigError
-from ropelab.core.train import check_sweep, run, sweep_jobs
+from ropelab.core.bookkeeping import check_sweep, sweep_jobs
+from ropelab.core.train import run
 
 STEPS = ["task=mod_arith", "trainer.max_steps=4", "trainer.val_every=2", "trainer.precision=32-true"]
 

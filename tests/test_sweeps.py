@@ -201,10 +201,10 @@ from hydra.core.hydra_config import HydraConfig
 
 @hydra.main(config_path=sys.argv.pop(1), config_name="config", version_base="1.3")
 def app(cfg):
-    from ropelab.core.train import _threads  # imported in the worker only
+    from ropelab.core.machine import threads  # imported in the worker only
 
     out = Path(HydraConfig.get().runtime.output_dir) / "threads.json"
-    out.write_text(json.dumps({"threads": _threads(cfg), "pid": os.getpid(),
+    out.write_text(json.dumps({"threads": threads(cfg.trainer.threads), "pid": os.getpid(),
                                "n_jobs": HydraConfig.get().launcher.n_jobs}))
 
 if __name__ == "__main__":
@@ -214,7 +214,7 @@ if __name__ == "__main__":
 
 
 def test_joblib_jobs_see_hydra_config_and_split_the_cores(tmp_path):
-    """In a joblib worker, HydraConfig is set, so ropelab.core.train._threads gives each job cores // n_jobs threads."""
+    """In a joblib worker, HydraConfig is set, so ropelab.core.machine.threads gives each job cores // n_jobs threads."""
     app = tmp_path / "app.py"
     app.write_text(JOBLIB_APP)
     result = subprocess.run([sys.executable, str(app), str(CONF), "-m", "hydra/launcher=joblib", "seed=0,1",

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from conftest import ROOT, TINY, run_train
 from ropelab.core import identity, runs
 from ropelab.core.callbacks import KillAtStep
-from ropelab.core.train import INTERRUPTED_EXIT, record_plan
+from ropelab.core.bookkeeping import INTERRUPTED_EXIT, record_plan
 
 
 def plan(*overrides, sweep=True):

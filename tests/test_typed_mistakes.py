@@ -12,7 +12,8 @@ from ropelab.core import cli, train
 from ropelab.core.config import compose
 from ropelab.core.errors import ConfigError
 from ropelab.core.schema import check_schema
-from ropelab.core.train import as_typed, run
+from ropelab.core.cli import as_typed
+from ropelab.core.train import run
 
 import tasks
 
@@ -96,3 +97,49 @@ def test_readme_section_pointers_name_sections_that_exist():
     stale = [f"{path.relative_to(ROOT)}: {name}" for path in files for name in README_POINTER.findall(path.read_text())
              if not any(h.startswith(name) for h in headings)]
     assert not stale
+
+
+# Issue 44, "tried as a new user would": what a fresh clone's first mistakes print
+
+def test_a_list_value_is_echoed_once_as_typed():
+    with pytest.raises(ConfigError) as err:
+        check_schema(compose(["task=mod_arith", "pos.momentum.gamma=[1.0,0.5]"]))  # 4 layers, 2 values
+    shown = as_typed(str(err.value), ["pos.momentum.gamma=[1.0,0.5]"])
+    assert shown.startswith("pos.momentum.gamma=[1.0,0.5] is invalid: one γ per layer"), shown
+
+
+def test_claims_and_card_are_refused_as_run_groups_and_left_out_of_help(capsys):
+    for group in ("claims=bifocal", "card=suite"):
+        err = refused([group], capsys)
+        assert err.startswith(f"error: {group.split('=')[0]}= is not a config group of a run") and "\n" not in err
+        assert "task, pos, model, trainer, logger, experiment" in err
+    shown = cli.run_help("== Configuration groups ==\ncard: suite\nclaims: bifocal\ntask: dyck3\n\n== Config ==\n")
+    assert shown == "== Configuration groups ==\ntask: dyck3\n\n== Config ==\n"
+
+
+def test_help_lists_only_a_runs_groups():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    groups = out.stdout.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    assert "task:" in groups and "experiment:" in groups
+    assert "claims:" not in groups and "card:" not in groups
+
+
+def test_an_unknown_top_level_key_lists_the_keys_and_the_groups():
+    with pytest.raises(ConfigError) as err:
+        check_schema(compose(["+foo=1"]))
+    assert str(err.value).startswith("foo is not a known key: valid keys are seed, name,")
+    assert str(err.value).endswith("; config groups: task, pos, model, trainer, logger, experiment")
+
+
+def test_precision_typed_as_a_number_is_lightnings_name_for_it():
+    from ropelab.core.schema import RunConfig
+
+    settings = RunConfig.of(compose(["task=mod_arith", "trainer.precision=32"]))
+    assert settings.trainer.precision == settings.values["trainer"]["precision"] == "32-true"
+    assert settings.machine.precision == "32-true"
+    with pytest.raises(ConfigError, match=r"^trainer.precision=33 is invalid: one of auto, 32-true"):
+        check_schema(compose(["trainer.precision=33"]))

@@ -20,6 +20,10 @@ REPO = Path(__file__).resolve().parents[3]  # the checkout: src/ropelab/core/cli
 CONF_DIR = REPO / "conf"
 
 
+# the config groups of a run; conf/ holds other folders (claims/, card/) that the claims engine and the card read
+RUN_GROUPS = ("task", "pos", "model", "trainer", "logger", "experiment")
+
+
 def group_choices(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
@@ -78,6 +82,9 @@ def check_overrides(argv: list[str]) -> None:
                 _fail(str(err))
         if override.is_add() or override.is_force_add() or override.is_delete() or key.startswith("hydra"):
             continue
+        if "." not in key and "/" not in key and key not in RUN_GROUPS and (CONF_DIR / key).is_dir():
+            _fail(f"{key}= is not a config group of a run (conf/{key}/ is read by its own command): the groups are "
+                  f"{', '.join(RUN_GROUPS)}")
         if "." not in key and "/" not in key and (CONF_DIR / key).is_dir():
             values = override_values(override)
             if not values or values[0] in (None, ""):  # group=null
@@ -108,3 +115,33 @@ def _check_keys_exist(groups: list[str], keys: list[str]) -> None:
             close = [f"{parent}.{c}" if parent else c for c in difflib.get_close_matches(leaf, names, n=1)]
             _fail(f"{key} is not a known key{f' (did you mean {close[0]}?)' if close else ''}: valid keys "
                   f"under {parent or 'the root'} are {', '.join(names) or '(none)'}")
+
+
+def as_typed(message: str, overrides: list[str]) -> str:
+    """A ConfigError's ``key=value`` with the value as the command line wrote it (``trainer.max_steps=1e3``, which
+    YAML reads as 1000.0; ``[1.0,0.5]``, which the message shows as ``[1.0, 0.5]``), so the line names what the
+    user typed, once."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    key, sep, rest = message.partition("=")
+    if not sep or " " in key:
+        return message
+    for override in overrides:
+        typed_key, _, typed = override.partition("=")
+        if typed_key.lstrip("+~") != key or rest.startswith(f"{typed} "):
+            continue
+        try:
+            value = OverridesParser.create().parse_override(override).value()
+        except Exception:  # Hydra refused it earlier than this message could come
+            continue
+        for shown in (repr(value), str(value)):
+            if rest.startswith(f"{shown} ") or rest == shown:
+                return message if shown.strip("'\"") == typed else f"{key}={typed}{rest[len(shown):]}"
+    return message
+
+
+def run_help(text: str) -> str:
+    """Hydra's ``--help`` with the config groups of a run only: it lists every folder of conf/ as a group."""
+    others = tuple(f"{p.name}:" for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in (*RUN_GROUPS, "hydra"))
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(others))
+

@@ -8,8 +8,10 @@ report can say when one table mixes machines or code versions.
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -107,3 +109,44 @@ def choose_compile(setting: bool | str, device: str) -> tuple[bool, str]:
     if device == "cuda":
         return False, "auto: off on CUDA until measured (make gpu-check measures it)"
     return False, "auto: off on CPU (compiling costs more than it saves in a run of this length, measured)"
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def parallel_jobs() -> int:
+    """Jobs of this sweep that share this machine at once: joblib's n_jobs (-1 or unset: one per core), else 1."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    if not HydraConfig.initialized():
+        return 1
+    n_jobs = OmegaConf.select(HydraConfig.get(), "launcher.n_jobs", default=None)
+    if n_jobs in (None, -1) and "joblib" in str(HydraConfig.get().launcher.get("_target_", "")):
+        return cores()
+    return max(1, int(n_jobs or 1))
+
+
+def threads(setting: int | None) -> int:
+    """``trainer.threads``, or null: the cores, shared by the sweep's parallel joblib jobs instead of oversubscribing."""
+    return int(setting) if setting else max(1, cores() // parallel_jobs())
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a run decided about this machine, once (``decide``): every later reader takes it from here."""
+    accelerator: str
+    precision: str
+    why: str            # of the precision: as configured, or what auto found
+    compile: bool
+    compile_why: str
+    threads: int
+    devices: int
+
+
+def decide(trainer) -> Machine:
+    """The machine's choices for a config's ``trainer`` section (``ropelab.core.schema.TrainerSchema``)."""
+    accelerator, precision, why = choose(trainer.accelerator, trainer.precision)
+    compiled, compile_why = choose_compile(trainer.compile, accelerator)
+    return Machine(accelerator, precision, why, compiled, compile_why, threads(trainer.threads), trainer.devices)
