@@ -12,7 +12,7 @@ What is declared (read, never re-declared here):
 
 A job is recorded when ``results/<table>/<job>/summary.json`` says completed, in this checkout's files or on the
 records branch (``--branch``). The job's folder name is Hydra's (the sorted overrides minus
-``ropelab.core.identity.job_name_excludes``), its overrides ``ropelab.core.train.sweep_jobs``'. Work is ordered so
+``ropelab.core.identity.job_name_excludes``), its overrides ``ropelab.core.bookkeeping.sweep_jobs``'. Work is ordered so
 that verdicts complete soonest: one group (a claim, a card row, else a preset's grid) whole before the next, the
 cheapest group first; cost is each job's steps × the median seconds per step of committed records of the same
 setting (a busy host's slow job moves a median little).
@@ -130,7 +130,7 @@ def _base_values(overrides: tuple[str, ...]) -> dict[str, Any]:
 
 def preset_jobs(name: str, preset: dict) -> list[Job]:
     """Every job of a preset: its grid once per variant, in Hydra's order."""
-    from ropelab.core.train import sweep_jobs
+    from ropelab.core.bookkeeping import sweep_jobs
 
     jobs = []
     for variant in preset.get("variants") or [""]:
