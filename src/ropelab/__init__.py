@@ -1,4 +1,4 @@
-"""ropelab in three layers, each importing only those below it (tests/test_layers.py holds the rule):
+"""ropelab in three layers, each importing only those below it (tests/project/test_layers.py holds the rule):
 
 * ``ropelab.experiments`` — experiments and tools that compose both: the surgery experiment, the bench, the GPU
   check, the smoke matrix, calibration, length extrapolation, the W&B export;

@@ -6,7 +6,7 @@
 
 Four steps, each in its own process so that one failing does not hide the others:
 
-1. **tests**: the tests marked ``gpu`` (tests/test_gpu.py) on the device (``ROPELAB_TEST_DEVICE``);
+1. **tests**: the tests marked ``gpu`` (tests/run/test_gpu.py) on the device (``ROPELAB_TEST_DEVICE``);
 2. **runs**: one short bio_rotation run per registered scheme, ``trainer.accelerator=<device>
    trainer.precision=auto`` (one Hydra multirun); each summary.json must say completed, on that device;
 3. **bench**: ``ropelab bench --device <device>`` (ours per scheme vs Hugging Face's Llama at the
@@ -17,7 +17,7 @@ Four steps, each in its own process so that one failing does not hide the others
    jobs/hour against the first row.
 
 ``--tiny`` (the default off CUDA) shrinks all four to seconds: tiny model, 2 steps, the bench's ``--quick``.
-tests/test_gpucheck.py runs exactly that on the CPU, so the first GPU run is not the first run of this code.
+tests/commands/test_gpucheck.py runs exactly that on the CPU, so the first GPU run is not the first run of this code.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _summaries(folder: Path) -> list[dict[str, Any]]:
 
 def step_tests(device: str, timeout: int) -> dict[str, Any]:
     result = _run([sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider",
-                   str(ROOT / "tests" / "test_gpu.py")], timeout, env={"ROPELAB_TEST_DEVICE": device})
+                   str(ROOT / "tests" / "run" / "test_gpu.py")], timeout, env={"ROPELAB_TEST_DEVICE": device})
     lines = [line for line in result["tail"].splitlines() if line.strip()]
     result["summary"] = lines[-1] if lines else ""
     result["ok"] = result["returncode"] == 0 and "passed" in result["summary"] and "skipped" not in result["summary"]

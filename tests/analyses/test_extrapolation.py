@@ -23,7 +23,7 @@ HEAD_DIM, HEADS, L0 = 32, 4, 64
 
 
 def _transformers():
-    hf_dir = ROOT / ".venv" / "hf"  # make test installs the pinned hf extra here (tests/test_surgery.py)
+    hf_dir = ROOT / ".venv" / "hf"  # make test installs the pinned hf extra here (tests/analyses/test_surgery.py)
     if hf_dir.is_dir() and str(hf_dir) not in sys.path:
         sys.path.append(str(hf_dir))
     return pytest.importorskip("transformers", reason="transformers (the hf extra) is not installed: make test "

@@ -1,7 +1,7 @@
 """`make gpu-check` with the accelerator forced to the CPU, tiny settings: the path a first GPU run takes (tests
 marked gpu, one run per scheme, the bench, several jobs at once through hydra/launcher=gpu_shared and packed) runs
 here end to end and writes its JSON and table. The bench step is skipped: `bench --quick` runs in
-tests/test_bench.py and again inside the tests step (test_gpu's test_the_bench_runs_on_the_device). No timing
+tests/commands/test_bench.py and again inside the tests step (test_gpu's test_the_bench_runs_on_the_device). No timing
 assertions."""
 
 import json

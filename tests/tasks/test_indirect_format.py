@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 import tasks
 from tasks.base import IGNORE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAPER_EXAMPLE = "QEOHoUbKfeSrMVNlCzXu, z, -3, N"
 B1 = re.compile(r"^([A-Za-z]+), ([A-Za-z]), (-?\d+), ([A-Za-z])$")
 

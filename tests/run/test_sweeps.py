@@ -164,7 +164,8 @@ def test_preset_jobs_pass_the_config_check(preset):
         jobs.add(("task=indirect_indexing", "pos=pope", "seed=0", "pos.delta_init=uniform"))  # `make pope-table`
     if preset == "pope_indirect":  # `make pope-gpu`: the paper's fixed training set
         jobs.add(("task=indirect_indexing", "pos=rope", "seed=0", "data.train_size=1000000"))
-    # the fine-tune starts from the pretraining sweep's runs, refused until they exist (tests/test_extrapolation.py)
+    # the fine-tune starts from the pretraining sweep's runs, refused until they exist
+    # (tests/analyses/test_extrapolation.py)
     extra = ["init_from=null"] if preset == "extrapolation_code_lm_ft" else []
     if preset == "extrapolation_code_lm_ft":  # `make extrapolation`: YaRN + ft
         jobs.add(("task=code_lm", "pos=rope", "seed=0", "pos.scaling=yarn", "pos.scaling_factor=4",
@@ -179,7 +180,7 @@ def test_preset_jobs_pass_the_config_check(preset):
     ("joblib", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"),
     ("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
     ("submitit_slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
-    ("packed", "hydra_plugins.ropelab_launcher.PackedLauncher"),  # ropelab's: tests/test_packed_launcher.py
+    ("packed", "hydra_plugins.ropelab_launcher.PackedLauncher"),  # ropelab's: tests/run/test_packed_launcher.py
 ])
 def test_launcher_configs_compose_and_are_selected(launcher, target):
     cfg = _compose("experiment=bifocal_table1", *([f"hydra/launcher={launcher}"] if launcher else []))

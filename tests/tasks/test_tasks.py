@@ -17,7 +17,7 @@ import tasks
 from conftest import HANG_GUARD_S
 from tasks.base import IGNORE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROPS = settings(max_examples=25, deadline=None)
 OPEN, CLOSE = "([{", ")]}"
 

@@ -8,11 +8,15 @@ import hashlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import HANG_GUARD_S, ROOT, run_train, torch_threads_kept
+
+HERE = Path(__file__).resolve().parent  # where a fresh process finds this module to import it
+
 
 def first_step_fingerprint(threads: int) -> dict:
     """The default run's first training step (bio_rotation, spectral, seed 0, precision auto), the step every run
@@ -50,7 +54,7 @@ def first_step_fingerprint(threads: int) -> dict:
 def first_step(threads: int, ballast: list[int]) -> dict:
     """``first_step_fingerprint`` in a fresh process whose heap first holds tensors of ``ballast`` sizes, which
     shifts where every later tensor lands."""
-    code = (f"import json, sys, torch; sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT)!r}]; "
+    code = (f"import json, sys, torch; sys.path[:0] = [{str(HERE)!r}, {str(ROOT / 'tests')!r}, {str(ROOT)!r}]; "
             f"ballast = [torch.empty(n) for n in {ballast!r}]; "
             f"from test_determinism import first_step_fingerprint; print(json.dumps(first_step_fingerprint({threads})))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)

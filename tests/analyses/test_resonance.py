@@ -105,7 +105,7 @@ def test_the_command_refuses_folders_without_a_usable_run(tmp_path, capsys):
 def test_the_committed_results_are_what_the_command_writes(tmp_path, monkeypatch):
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)  # the tables name the runs as the README's command types them
     command = (root / "results" / "resonance" / "README.md").read_text().split("```bash\n")[1].split("\n")[0]
     args = command.split()[3:]

@@ -1,7 +1,7 @@
 """The GPU path, marked ``gpu``: on CUDA when torch sees it, skipped otherwise.
 
 ``ROPELAB_TEST_DEVICE=cpu`` runs the same tests on the CPU (``make gpu-check ACCEL=cpu`` does, and so does
-tests/test_gpucheck.py), so the first run on a GPU is not the first run of this code. Everything goes through
+tests/commands/test_gpucheck.py), so the first run on a GPU is not the first run of this code. Everything goes through
 the public paths a GPU user takes: ``trainer.accelerator``, ``trainer.precision=auto``, the bench's ``--device``.
 """
 

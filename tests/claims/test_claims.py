@@ -12,7 +12,7 @@ import yaml
 from ropelab.analysis import claims as C
 from ropelab.core.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_record(root, table, scheme, seed, acc, *, commit="a" * 40, cpu="AMD EPYC", gamma=0.0, task="mod_arith",

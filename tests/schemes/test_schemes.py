@@ -413,7 +413,7 @@ def test_rotate_and_rotate_half_are_multiplication_by_e_i_theta_and_by_i():
 def test_length_scalings_by_their_formulas():
     """linear θ/s; NTK-aware the geometric spectrum of base · s^(D/(D−2)); YaRN per pair θ/s or θ by a ramp in
     the pair index between the pairs that turn 32 and 1 times over the training length, attention 0.1 ln s + 1.
-    (tests/test_extrapolation.py checks the same against transformers when the hf extra is installed.)"""
+    (tests/analyses/test_extrapolation.py checks the same against transformers when the hf extra is installed.)"""
     from ropelab.core.positional.rotary import (inverse_frequencies, scaled_inverse_frequencies,
                                                 yarn_correction_range, yarn_mscale)
 
