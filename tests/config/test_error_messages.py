@@ -1,19 +1,15 @@
 """Issue 39, item 5: the smaller things a user meets — each error one line that names what was typed and leads
-somewhere, an interrupt in the final evaluation that keeps the metrics, a quiet resume, README pointers that
-resolve."""
-
-import re
-import warnings
+somewhere (an interrupt in the final evaluation: tests/run/test_resume_and_divergence.py; README pointers:
+tests/project/test_readme_pointers.py)."""
 
 import pytest
 
-from conftest import ROOT, TINY, torch_threads_kept
-from ropelab.core import cli, train
+from conftest import ROOT
+from ropelab.core import cli
 from ropelab.core.config import compose
 from ropelab.core.errors import ConfigError
 from ropelab.core.schema import check_schema
 from ropelab.core.cli import as_typed
-from ropelab.core.train import run
 
 import tasks
 
@@ -56,47 +52,6 @@ def test_a_float_for_an_integer_is_echoed_as_typed():
     assert "write 1000" in str(err.value)
     assert as_typed(str(err.value), ["trainer.max_steps=1e3"]).startswith("trainer.max_steps=1e3 is invalid")
     assert as_typed("pos.base=-5 is invalid: a number > 1", ["pos.base=-5"]) == "pos.base=-5 is invalid: a number > 1"
-
-
-STEPS = ["task=mod_arith", "trainer.max_steps=4", "trainer.val_every=2", "trainer.precision=32-true"]
-
-
-def test_ctrl_c_in_the_final_evaluation_keeps_the_metrics_and_a_resume_ends_them(tmp_path, monkeypatch):
-    import lightning.pytorch as pl
-
-    real_test = pl.Trainer.test
-
-    def interrupted(self, *args, **kwargs):
-        raise KeyboardInterrupt
-
-    cfg = compose([*TINY, *STEPS])
-    with torch_threads_kept():
-        monkeypatch.setattr(pl.Trainer, "test", interrupted)
-        stopped = run(cfg, tmp_path / "job")
-        assert stopped["status"] == "interrupted"
-        assert {"train/loss", "val/loss", "val/exact"} <= set(stopped["final"])
-        monkeypatch.setattr(pl.Trainer, "test", real_test)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            train._quiet_harmless_warnings()  # what importing ropelab.core.train installs, ahead of "always"
-            resumed = run(cfg, tmp_path / "job")
-    assert resumed["status"] == "completed" and resumed["resumed_from_step"] == 4
-    assert resumed["final"]["train/loss"] == stopped["final"]["train/loss"]
-    assert resumed["final"]["val/loss"] == stopped["final"]["val/loss"]
-    assert {"test/exact", "ood/exact"} <= set(resumed["final"])
-    assert not [w for w in caught if "exists and is not empty" in str(w.message)]
-
-
-README_POINTER = re.compile(r"README,? \"([^\"]+)\"")
-
-
-def test_readme_section_pointers_name_sections_that_exist():
-    headings = [line.lstrip("#").strip() for line in (ROOT / "README.md").read_text().splitlines()
-                if line.startswith("#")]
-    files = [ROOT / "Makefile", ROOT / "pyproject.toml", *sorted((ROOT / "conf").rglob("*.yaml"))]
-    stale = [f"{path.relative_to(ROOT)}: {name}" for path in files for name in README_POINTER.findall(path.read_text())
-             if not any(h.startswith(name) for h in headings)]
-    assert not stale
 
 
 # Issue 44, "tried as a new user would": what a fresh clone's first mistakes print
