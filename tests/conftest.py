@@ -47,10 +47,13 @@ def train_here(*overrides: str, run_dir: Path) -> dict:
 
 def _checkout_state() -> set[str]:
     """What tests must leave as they found it: git's view of the checkout (new, changed, deleted files) and the
-    files under runs/, which git ignores."""
+    files under runs/, which git ignores. runs/campaign/ is left out: a campaign trains there from its own worktrees,
+    in another process, while tests run."""
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True,
                             text=True).stdout.splitlines()
-    scratch = {f"runs/{p.relative_to(ROOT / 'runs')}" for p in (ROOT / "runs").rglob("*")} if (ROOT / "runs").is_dir() else set()
+    runs = ROOT / "runs"
+    scratch = {f"runs/{p.relative_to(runs)}" for top in (runs.iterdir() if runs.is_dir() else ()) if top.name != "campaign"
+               for p in (top, *top.rglob("*"))}
     return set(status) | scratch
 
 

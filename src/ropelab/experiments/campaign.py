@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from ropelab.core import identity
+from ropelab.core import identity, record
 from ropelab.core.cli import CONF_DIR, REPO
 from ropelab.core.errors import ConfigError
 
@@ -515,17 +515,21 @@ def equivalence(repo: Path, revs: list[str], table: str, count: int, branch: str
     outcomes = []
     for i, job in enumerate(chosen):
         runs_ = []
+        # the committed records' resolved precision, not this machine's choice: the check retrains their computation
+        precision = (record.read(repo / "results" / job.table / job.name).summary or {}).get("precision")
+        pinned = [f"trainer.precision={precision}"] if precision else []
         for commit, tree in zip(commits, trees):
             out = tree / "runs" / "campaign" / "equivalence" / f"job{i}"   # Hydra's grammar refuses = and , in a path
             cmd = [sys.executable, str(tree / "train.py"), *[a for a in job.argv if not a.startswith("hydra.job.")],
-                   "trainer.threads=1", "record=null", "rerun=true", f"hydra.run.dir={out}"]
+                   *pinned, "trainer.threads=1", "record=null", "rerun=true", f"hydra.run.dir={out}"]
             env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree}"}
             done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
             if done.returncode != 0 or not (out / "metrics.csv").is_file():
                 raise ConfigError(f"{job.key} at {commit[:7]} did not train: {done.stderr.strip().splitlines()[-1:]}")
             runs_.append(out / "metrics.csv")
         diff, _ = first_difference(runs_[0], runs_[1])
-        outcomes.append({"table": job.table, "job": job.name, "match": not diff, **({"differs": diff} if diff else {})})
+        outcomes.append({"table": job.table, "job": job.name, "precision": precision or "auto", "match": not diff,
+                         **({"differs": diff} if diff else {})})
         log(f"{job.key}: {'byte-identical' if not diff else 'differs: ' + diff}")
     match = bool(outcomes) and all(o["match"] for o in outcomes)
     rel = f"results/{identity.EQUIVALENCE}/{commits[0][:7]}_{commits[1][:7]}"
