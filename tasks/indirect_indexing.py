@@ -40,7 +40,7 @@ knobs, bit for bit. ``len_min=5 len_max=10 shift_max=2 n_letters=13`` (rung 2 be
 ladder). The task's config sets every size from it (``${ladder:…}`` in conf/task/indirect_indexing.yaml, null giving
 the paper's), and the task checks that ``shift_max`` and ``n_letters`` are the rung's (its lengths may be the OOD
 split's or an extrapolation's).
-The first seed-0 example of each rung (paper format; tests/tasks/test_indirect_ladder.py checks them):
+The first seed-0 example of each rung (paper format; tests/task_generators/test_indirect_ladder.py checks them):
 
     rung 1  len 4–8,   shift ±1,  10 letters (A…J), OOD 9–10   JBAGEFCI, A, 1, G
     rung 2  len 5–10,  shift ±2,  13 letters (A…M), OOD 11–13  JBLAGEFMCI, G, 1, E

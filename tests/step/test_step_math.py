@@ -1,7 +1,7 @@
 """The training step's math against its definitions (the loss, the metrics, the schedule, the model and its
 attention), with no optional extra (issue 27: the survivors of mutation testing, results/mutation/). Each test checks a
 known value, an identity the math gives or a hand-computed example. Statistics: tests/records/test_statistics.py;
-tasks: tests/tasks/test_task_math.py."""
+tasks: tests/task_generators/test_task_math.py."""
 
 import math
 import warnings
