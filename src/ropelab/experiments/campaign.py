@@ -523,7 +523,7 @@ def equivalence(repo: Path, revs: list[str], table: str, count: int, branch: str
             done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
             if done.returncode != 0 or not (out / "metrics.csv").is_file():
                 raise ConfigError(f"{job.key} at {commit[:7]} did not train: {done.stderr.strip().splitlines()[-1:]}")
-            runs_.append(out / "metrics.csv")
+            runs_.append(out)
         diff, _ = first_difference(runs_[0], runs_[1])
         outcomes.append({"table": job.table, "job": job.name, "match": not diff, **({"differs": diff} if diff else {})})
         log(f"{job.key}: {'byte-identical' if not diff else 'differs: ' + diff}")
