@@ -238,6 +238,8 @@ def write_record(state: dict) -> dict:
 
 
 def markdown(s: dict) -> str:
+    from ropelab.analysis.report.tables import pipe_table
+
     c = s["counts"]
     pct = f"{100 * s['score']:.1f} %" if s["score"] is not None else "–"
     lines = [
@@ -262,20 +264,17 @@ def markdown(s: dict) -> str:
         "",
         f"**Score: {pct}** of the non-equivalent checked mutants killed ({s['score_definition']}).",
         "",
-        "| mutants | checked | killed | timeout | survived | no tests | equivalent | not checked |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-        f"| {c['mutants']} | {c['checked']} | {c['killed']} | {c['timeout'] + c['segfault']} | {c['survived']} | "
-        f"{c['no_tests']} | {c['equivalent']} | {c['not_checked']} |",
+        *pipe_table(["mutants", "checked", "killed", "timeout", "survived", "no tests", "equivalent", "not checked"],
+                    [[c["mutants"], c["checked"], c["killed"], c["timeout"] + c["segfault"], c["survived"],
+                      c["no_tests"], c["equivalent"], c["not_checked"]]], "r" * 8),
         "",
         "## Per file",
         "",
-        "| file | mutants | checked | killed | timeout | survived | no tests | equivalent | score |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *pipe_table(["file", "mutants", "checked", "killed", "timeout", "survived", "no tests", "equivalent", "score"],
+                    [[f, v["mutants"], v["checked"], v["killed"], v["timeout"], v["survived"], v["no_tests"],
+                      v["equivalent"], f"{100 * v['score']:.1f} %" if v["score"] is not None else "–"]
+                     for f, v in s["per_file"].items()], "l" + "r" * 8),
     ]
-    for f, v in s["per_file"].items():
-        sc = f"{100 * v['score']:.1f} %" if v["score"] is not None else "–"
-        lines.append(f"| {f} | {v['mutants']} | {v['checked']} | {v['killed']} | {v['timeout']} | {v['survived']} | "
-                     f"{v['no_tests']} | {v['equivalent']} | {sc} |")
     lines += ["", f"## Not killed ({len(s['remaining'])})", ""]
     if not s["remaining"]:
         lines.append("None.")
@@ -288,8 +287,8 @@ def markdown(s: dict) -> str:
         lines += [f"- `{name}` ({r['status']}): {r['why']}", "", "  ```diff",
                   *("  " + l for l in r["diff"].splitlines()), "  ```"]
     if s["passes"]:
-        lines += ["", "## Passes", "", "| started (UTC) | commit | arguments | wall (s) |", "|---|---|---|---:|"]
-        lines += [f"| {p['started']} | `{p['commit'][:10]}` | {p['args'] or '–'} | {p['wall_s']} |" for p in s["passes"]]
+        passes = [[p["started"], f"`{p['commit'][:10]}`", p["args"] or "–", p["wall_s"]] for p in s["passes"]]
+        lines += ["", "## Passes", "", *pipe_table(["started (UTC)", "commit", "arguments", "wall (s)"], passes, "lllr")]
     return "\n".join(lines) + "\n"
 
 

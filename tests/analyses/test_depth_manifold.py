@@ -91,7 +91,7 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
     assert "spectral − rope" in printed and "| rope | 2 |" in printed
     records = C.depth_manifold_records(out / "depth_manifold.csv", "depth_manifold", tmp_path)  # the claims' reader
     assert len(records) == len(table)
-    assert [r.value("depth/probe") for r in records] == pytest.approx(table["probe"].tolist(), nan_ok=True)
+    assert [C.value(r, "depth/probe") for r in records] == pytest.approx(table["probe"].tolist(), nan_ok=True)
     assert (out / "depth_pca_rope.png").stat().st_size > 1000 and (out / "depth_pca_spectral.png").is_file()
 
 

@@ -104,7 +104,7 @@ def test_the_command_on_tiny_trained_runs(tmp_path, capsys):
     records = C.escape_routes_records(out / "escape_routes_runs.csv", "escape_routes", tmp_path)  # the claims' reader
     assert sorted((r.config["pos.freqs"], r.config["pos.momentum.gamma"]) for r in records) == \
         [("geometric", 0.0), ("geometric", 2.0), ("single@0.1", 0.0), ("single@0.1", 2.0)]
-    assert [r.value("escape/exposure_weights") for r in records] == pytest.approx(runs["exposure_weights"].tolist())
+    assert [C.value(r, "escape/exposure_weights") for r in records] == pytest.approx(runs["exposure_weights"].tolist())
     assert (out / "escape_routes.png").stat().st_size > 1000
 
 

@@ -88,7 +88,7 @@ def test_the_command_on_a_tiny_trained_spectral_run(tmp_path, capsys):
     assert len(rows) == 1 and rows["pairs"][0] == 2 * 8  # spectral: 2 heads × 8 pairs; rope has no Ω
     assert 0 <= rows["share_final"][0] <= 1 and 0 < rows["p_vs_null"][0] <= 1
     records = C.resonance_records(out / "resonance.csv", "resonance", tmp_path)  # the claims' reader
-    assert {r.config["moment"]: r.value("resonance/share") for r in records} == pytest.approx(
+    assert {r.config["moment"]: C.value(r, "resonance/share") for r in records} == pytest.approx(
         {"end": rows["share_final"][0], "init": rows["share_init"][0], "random": rows["null_mean"][0]})
     assert "sweep · dyck3 · spectral" in printed and "1 × no learned Ω in positional_trace.npz (pos=rope)" in printed
     assert (out / "resonance.png").stat().st_size > 1000

@@ -250,6 +250,20 @@ def test_a_record_reads_its_summary_config_metrics_and_identity(tmp_path):
     assert rec.metrics["train/loss"].tolist() == [2.0, 1.0] and rec.metrics["val/acc"].isna().tolist() == [True, False]
 
 
+def test_a_record_gives_its_metrics_digits_as_written_and_may_be_read_as_another_config(tmp_path):
+    """Bit-identity compares metrics.csv's strings (a float parse could round 0.10000000000000001 away); the card and
+    claims select a record by a config other than its file's (over today's defaults; an analysis row's keys)."""
+    from ropelab.core import record
+
+    rec = record.read(_job(tmp_path / "job", {"status": "completed"}, {"seed": 1, "pos": {"name": "rope"}},
+                           "step,train/loss\n0,0.10000000000000001\n1,\n"))
+    assert rec.metrics_rows() == [["step", "train/loss"], ["0", "0.10000000000000001"], ["1", ""]]
+    assert record.read(tmp_path / "nothing").metrics_rows() == []
+    seen = record.Record(rec.path, rec.summary, rec.saved_config, "a_table", read_as={"pos.name": "rope", "x": 2})
+    assert seen.config == {"pos.name": "rope", "x": 2} and seen.table == "a_table" and seen.completed
+    assert rec.config == {"seed": 1, "pos.name": "rope"} and rec.table == ""
+
+
 def test_missing_or_unreadable_parts_of_a_record_read_as_absent(tmp_path):
     from ropelab.core import record
 

@@ -24,14 +24,13 @@ import yaml
 from scipy.stats import rankdata
 
 from ropelab.analysis import card_records, guess
-from ropelab.analysis.card_records import Record
 from ropelab.analysis.card_suite import Suite, TaskSpec
 from ropelab.analysis.report.figures import pyplot
-from ropelab.analysis.report.records import read_yaml
 from ropelab.analysis.report.sweep import SCHEME_ORDER
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import first_step_at, metric_curve
 from ropelab.analysis.verdict import paired, render
+from ropelab.core.record import Record
 import tasks
 
 EXTRAPOLATION = "extrapolation.csv"   # in a code_lm record: loss per factor of the window (ropelab.card)
@@ -90,11 +89,8 @@ class Column:
     def steps_to(self, metric: str, level: float) -> dict[int, float]:
         out = {}
         for r in self.records:
-            try:
-                curve = metric_curve(pd.read_csv(r.path / "metrics.csv"), metric)
-            except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
-                continue
-            out[r.seed] = first_step_at(curve, level)
+            if r.metrics is not None:
+                out[r.seed] = first_step_at(metric_curve(r.metrics, metric), level)
         return out
 
 
@@ -150,7 +146,7 @@ def wanted_column(records: list[Record], scheme: str, options: dict[str, str]) -
 def floors(record: Record) -> tuple[float, float]:
     """(in distribution, OOD) accuracy floor of the record's task: the guess floor or a named shortcut's level,
     whichever is higher (a model at either has not learned the task)."""
-    return _floors(json.dumps(read_yaml(record.path / "config.yaml")["task"], sort_keys=True))
+    return _floors(json.dumps(record.saved_config["task"], sort_keys=True))
 
 
 @functools.cache

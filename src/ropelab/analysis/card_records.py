@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -16,7 +15,6 @@ from ropelab.analysis.report.sweep import IGNORED_KEYS, IGNORED_PREFIXES
 from ropelab.core import identity, record
 from ropelab.core.config import compose, flatten
 from ropelab.core.record import Record
-from ropelab.core.record import run_dirs as find_run_dirs  # noqa: F401  (ropelab.experiments.card's name)
 
 # how a job ran and where it was kept, not what it computed (ropelab.core.identity's lists), but for the optimiser's
 # kernel and the precision, which the card compares
@@ -52,21 +50,9 @@ def differences(a: dict[str, Any], b: dict[str, Any], ignored: Iterable[str] = H
     return {k: (a.get(k), b.get(k)) for k in sorted(keys) if a.get(k) != b.get(k)}
 
 
-@dataclass(frozen=True, eq=False)
-class CardRecord(Record):
-    """A record read against today's defaults: ``config`` is its config.yaml over the defaults of its task and
-    scheme (``full_config``), so a record of older code compares with today's jobs key by key."""
-    filled: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self.filled
-
-
-def read_record(path: Path) -> Record | None:
-    """A completed or not record whose config.yaml names its task and scheme (both still in conf/), with its config
-    over today's defaults; None otherwise."""
-    rec = record.read(path)
+def over_defaults(rec: Record) -> Record | None:
+    """A record whose config.yaml names its task and scheme (both still in conf/), read with its config over today's
+    defaults (so a record of older code compares with today's jobs key by key); None otherwise."""
     saved = rec.saved_config
     if rec.summary is None or saved is None or "task" not in saved or "pos" not in saved:
         return None
@@ -74,11 +60,11 @@ def read_record(path: Path) -> Record | None:
         config = full_config(saved)
     except Exception:  # a task or scheme no longer in conf/: not a job anything here can be
         return None
-    return CardRecord(rec.path, rec.summary, rec.saved_config, filled=config)
+    return Record(rec.path, rec.summary, saved, read_as=config)
 
 
 def records_under(root: Path) -> list[Record]:
-    return [r for r in map(read_record, record.run_dirs(root)) if r is not None] if Path(root).is_dir() else []
+    return [r for r in map(over_defaults, record.under(root)) if r is not None]
 
 
 def same_setting(a: dict[str, Any], b: dict[str, Any], but: tuple[str, ...] = ()) -> bool:

@@ -51,7 +51,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import subprocess
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -69,7 +68,7 @@ from ropelab.analysis.guess import floor as task_floor
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import onset_step, sawtooth, train_loss
 from ropelab.core import record as run_record
-from ropelab.core.config import flatten
+from ropelab.core.record import Record
 from ropelab.core.errors import ConfigError
 
 FORMS = ("paired", "level", "trend", "composite")
@@ -92,49 +91,29 @@ EQUIVALENT_KEYS = {"commits", "cpus"}
 
 # ----------------------------------------------------------------------------------------------- records
 
-@dataclass(frozen=True)
-class Record:
-    table: str
-    rel: str
-    config: dict[str, Any]
-    summary: dict
-    path: Path
+def budget(record: Record) -> str:
+    return f"{record.config.get('trainer.max_steps')} steps × batch {record.config.get('data.batch_size')}"
 
-    @property
-    def seed(self) -> int | None:
-        return self.config.get("seed")
 
-    @property
-    def commit(self) -> str:
-        return str((self.summary.get("machine") or {}).get("commit") or "unknown")[:7]
-
-    @property
-    def cpu(self) -> str:
-        machine = self.summary.get("machine") or {}
-        return str((machine.get("cpu") or {}).get("model") or self.summary.get("accelerator") or "unknown")
-
-    @property
-    def budget(self) -> str:
-        return f"{self.config.get('trainer.max_steps')} steps × batch {self.config.get('data.batch_size')}"
-
-    def value(self, metric: str) -> float:
-        final = self.summary.get("final") or {}
-        attention = self.summary.get("attention") or {}
-        if metric == "attention/local_mass":
-            return float(attention.get("local_mass", math.nan))
-        if metric == "attention/local_mass_over_uniform":
-            return float(attention.get("local_mass", math.nan)) - float(attention.get("uniform", math.nan))
-        if metric == "onset":  # the step the train loss leaves its plateau (ropelab.analysis.stats)
-            metrics = pd.read_csv(self.path / "metrics.csv") if (self.path / "metrics.csv").is_file() else None
-            onset = onset_step(train_loss(metrics))
-            return math.nan if onset is None else float(onset)
-        if metric == "phase/alternation":  # how often neighbouring channel pairs of the final Φ differ in sign
-            trace = self.path / "positional_trace.npz"
-            if not trace.is_file():
-                return math.nan
-            with np.load(trace) as z:
-                return float(sawtooth(z["phase"][-1], permutations=0)["alternation"]) if "phase" in z.files else math.nan
-        return float(final.get(metric, math.nan))
+def value(record: Record, metric: str) -> float:
+    """The record's ``metric``: its summary's final value, or one read from its attention, curves or trace."""
+    summary = record.summary or {}
+    final = summary.get("final") or {}
+    attention = summary.get("attention") or {}
+    if metric == "attention/local_mass":
+        return float(attention.get("local_mass", math.nan))
+    if metric == "attention/local_mass_over_uniform":
+        return float(attention.get("local_mass", math.nan)) - float(attention.get("uniform", math.nan))
+    if metric == "onset":  # the step the train loss leaves its plateau (ropelab.analysis.stats)
+        onset = onset_step(train_loss(record.metrics))
+        return math.nan if onset is None else float(onset)
+    if metric == "phase/alternation":  # how often neighbouring channel pairs of the final Φ differ in sign
+        trace = record.path / "positional_trace.npz"
+        if not trace.is_file():
+            return math.nan
+        with np.load(trace) as z:
+            return float(sawtooth(z["phase"][-1], permutations=0)["alternation"]) if "phase" in z.files else math.nan
+    return float(final.get(metric, math.nan))
 
 
 def read_records(results: Path) -> dict[str, list[Record]]:
@@ -144,7 +123,7 @@ def read_records(results: Path) -> dict[str, list[Record]]:
     for rec in run_record.under(results, completed=True):
         if rec.saved_config is not None:
             table = rec.path.parent.relative_to(results).as_posix()
-            tables.setdefault(table, []).append(Record(table, rec.path.name, rec.config, rec.summary, rec.path))
+            tables.setdefault(table, []).append(Record(rec.path, rec.summary, rec.saved_config, table))
     for csv in sorted(results.glob("*/extrapolation/extrapolation.csv")):
         table = csv.parent.relative_to(results).as_posix()
         tables[table] = evaluation_records(csv, table, results)
@@ -157,10 +136,10 @@ def read_records(results: Path) -> dict[str, list[Record]]:
     return tables
 
 
-def _run_record(results: Path, run: str) -> tuple[Path, dict, dict]:
-    """(record folder, its summary, its flat config) of the run an analysis table names (``runs/<table>/<run>``
-    is recorded as ``results/<table>/<run>``, or in the table its sweep's preset records into,
-    ``conf/experiment/<sweep>.yaml``'s ``record``); empty where it is not recorded."""
+def _run_record(results: Path, run: str) -> Record:
+    """The record of the run an analysis table names (``runs/<table>/<run>`` is recorded as
+    ``results/<table>/<run>``, or in the table its sweep's preset records into, ``conf/experiment/<sweep>.yaml``'s
+    ``record``); its summary and config are None where it is not recorded."""
     source = Path(run)
     folder = results / source.parent.name / source.name
     preset = ROOT / "conf" / "experiment" / f"{source.parent.name}.yaml"
@@ -168,9 +147,13 @@ def _run_record(results: Path, run: str) -> tuple[Path, dict, dict]:
         record = str((yaml.safe_load(preset.read_text()) or {}).get("record") or "")
         if record.startswith("results/"):
             folder = results / record.removeprefix("results/") / source.name
-    summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
-    config = flatten(yaml.safe_load((folder / "config.yaml").read_text())) if (folder / "config.yaml").is_file() else {}
-    return folder, summary, config
+    return run_record.read(folder)
+
+
+def _row(run: Record, table: str, config: dict, final: dict) -> Record:
+    """One row of an analysis table as a record of ``table``: selected by ``config``, its metrics ``final``, its
+    run's machine and commit."""
+    return Record(run.path, {**(run.summary or {}), "final": final}, run.saved_config, table, read_as=config)
 
 
 def freq_usage_records(csv: Path, table: str, results: Path) -> list[Record]:
@@ -182,11 +165,9 @@ def freq_usage_records(csv: Path, table: str, results: Path) -> list[Record]:
     rows = rows[rows["head"].astype(str) == "mean"]
     out = []
     for (run, layer, side), group in rows.groupby(["run", "layer", "side"], sort=True):
-        folder, summary, config = _run_record(results, run)
+        rec = _run_record(results, run)
         share = high_share(group["norm"].to_numpy(float), group["freq"].to_numpy(float))
-        config = {**config, "layer": int(layer), "side": side}
-        out.append(Record(table, f"{Path(run).name} layer {layer} {side}", config,
-                          {**summary, "final": {"freq/high_share": share}}, folder))
+        out.append(_row(rec, table, {**rec.config, "layer": int(layer), "side": side}, {"freq/high_share": share}))
     return out
 
 
@@ -199,23 +180,22 @@ def evaluation_records(csv: Path, table: str, results: Path) -> list[Record]:
     at_1x = rows[rows["factor"] == 1.0].set_index(["label", "seed"])["loss"].to_dict()
     out = []
     for row in rows.itertuples(index=False):
-        record_dir, summary, run = runs[row.run]
-        source = Path(row.run)
+        run = runs[row.run]
         base = at_1x.get((row.label, row.seed), math.nan)
-        summary = {**summary, "final": {"eval/loss": float(row.loss), "eval/loss_growth": float(row.loss) - base}}
         config = {"task.name": row.task, "pos.name": row.pos, "label": row.label, "seed": int(row.seed),
-                  "factor": float(row.factor), "trainer.max_steps": run.get("trainer.max_steps"),
-                  "data.batch_size": run.get("data.batch_size")}
-        out.append(Record(table, f"{source.name} {row.label} ×{row.factor:g}", config, summary, record_dir))
+                  "factor": float(row.factor), "trainer.max_steps": run.config.get("trainer.max_steps"),
+                  "data.batch_size": run.config.get("data.batch_size")}
+        out.append(_row(run, table, config,
+                        {"eval/loss": float(row.loss), "eval/loss_growth": float(row.loss) - base}))
     return out
 
 
-def _analysis_record(results: Path, table: str, run: str, label: str, config: dict, final: dict) -> Record:
+def _analysis_record(results: Path, table: str, run: str, config: dict, final: dict) -> Record:
     """One row of an analysis table as a record: its own config keys over its run's, its run's machine and commit."""
-    folder, summary, run_config = _run_record(results, run)
-    final = {**(summary.get("final") or {}), **final}  # the run's own metrics stay readable (``floor_metric``)
-    return Record(table, f"{Path(run).name} {label}".strip(), {**run_config, **config}, {**summary, "final": final},
-                  folder)
+    rec = _run_record(results, run)
+    final = {**((rec.summary or {}).get("final") or {}), **final}  # the run's own metrics stay readable
+                                                                    # (``floor_metric``)
+    return _row(rec, table, {**rec.config, **config}, final)
 
 
 RESONANCE_MOMENTS = {"end": "share_final", "init": "share_init", "random": "null_mean"}
@@ -226,8 +206,7 @@ def resonance_records(csv: Path, table: str, results: Path) -> list[Record]:
     init: step 0's; random: the matched random spectra's mean), its metric ``resonance/share``, its ``cell`` the
     analysis's group of runs."""
     rows = pd.read_csv(csv)
-    return [_analysis_record(results, table, row.run, moment, {"cell": row.cell, "seed": int(row.seed),
-                                                                "moment": moment},
+    return [_analysis_record(results, table, row.run, {"cell": row.cell, "seed": int(row.seed), "moment": moment},
                              {"resonance/share": float(getattr(row, column))})
             for row in rows.itertuples(index=False) for moment, column in RESONANCE_MOMENTS.items()]
 
@@ -236,7 +215,7 @@ def depth_manifold_records(csv: Path, table: str, results: Path) -> list[Record]
     """``ropelab.depth_manifold``'s table as records: one per run × layer × split (id / ood), its metrics
     ``depth/cos_10_11_centred`` and ``depth/probe``."""
     rows = pd.read_csv(csv)
-    return [_analysis_record(results, table, row.run, f"layer {row.layer} {row.split}",
+    return [_analysis_record(results, table, row.run,
                              {"pos.name": row.scheme, "seed": int(row.seed), "layer": int(row.layer),
                               "split": row.split},
                              {"depth/cos_10_11_centred": float(row.cos_10_11_centred), "depth/probe": float(row.probe)})
@@ -247,7 +226,7 @@ def escape_routes_records(csv: Path, table: str, results: Path) -> list[Record]:
     """``ropelab.escape_routes``' run table as records: one per run, its metrics ``escape/low_share_weights`` and
     ``escape/exposure_weights`` (the declared reading: q, k before momentum)."""
     rows = pd.read_csv(csv)
-    return [_analysis_record(results, table, row.run, "",
+    return [_analysis_record(results, table, row.run,
                              {"task.name": row.task, "pos.freqs": row.profile, "pos.momentum.gamma": float(row.gamma),
                               "seed": int(row.seed)},
                              {"escape/low_share_weights": float(row.low_share_weights),
@@ -434,7 +413,7 @@ class Decided:
             parts = [f"results/{table}: no record of these cells yet; seeds {_spans(sorted(planned))} planned"]
         else:
             parts = [", ".join(sorted({f"results/{r.table}" for r in recs})),
-                     " / ".join(sorted({r.budget for r in recs})),
+                     " / ".join(sorted({budget(r) for r in recs})),
                      " / ".join(sorted({r.cpu for r in recs})),
                      "commit " + ", ".join(sorted({r.commit for r in recs}))]
             run = sorted({r.seed for r in recs} & planned)
@@ -465,7 +444,7 @@ def _by_seed(records: list[Record], metric: str, drop: dict | None = None) -> di
     """metric by seed; with ``drop`` ({axis, from, to}), the relative drop (m(from) − m(to)) / m(from) of each
     seed between the two settings of the axis."""
     if drop is None:
-        return {r.seed: r.value(metric) for r in records if r.seed is not None}
+        return {r.seed: value(r, metric) for r in records if r.seed is not None}
     start = _by_seed(select(records, {drop["axis"]: drop["from"]}), metric)
     end = _by_seed(select(records, {drop["axis"]: drop["to"]}), metric)
     return {s: (start[s] - end[s]) / start[s] for s in start if s in end and start[s]}
@@ -482,8 +461,8 @@ def _levels_of(task_json: str, ood: bool) -> dict[str, tuple[float, str]]:
     return {"guess": max([(guess.value, f"guess, {guess.how}"), *levels.values()]), **levels}
 
 
-def _task_levels(rec_path: Path, ood: bool = False) -> dict[str, tuple[float, str]]:
-    task_cfg = yaml.safe_load((rec_path / "config.yaml").read_text())["task"]
+def _task_levels(record: Record, ood: bool = False) -> dict[str, tuple[float, str]]:
+    task_cfg = record.saved_config["task"]
     return _levels_of(json.dumps(task_cfg, sort_keys=True, default=str), ood)
 
 
@@ -500,7 +479,7 @@ def _level(spec: Any, records: list[Record], where: str, metric: str = "") -> tu
         return float(spec), "declared"
     if not records:
         return None, ""
-    levels = _task_levels(records[0].path, metric.startswith("ood/"))
+    levels = _task_levels(records[0], metric.startswith("ood/"))
     if spec not in levels:
         raise _bad(where, "level", spec, ["a number", *levels])
     return levels[spec]

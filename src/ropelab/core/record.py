@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,10 +52,16 @@ class Record:
     path: Path
     summary: dict | None      # None: no summary.json (or unreadable)
     saved_config: dict | None  # config.yaml as saved (nested); None: none (or unreadable)
+    # where a reader reads the record as more than its files: the table it was read in (``results/<table>/<job>``),
+    # and the flat config it is selected by (the card's: config.yaml over today's defaults; an analysis row's keys)
+    table: str = ""
+    read_as: dict[str, Any] | None = field(default=None, repr=False)
 
     @cached_property
     def config(self) -> dict[str, Any]:
-        """config.yaml flattened to dotted keys (``pos.momentum.gamma``); empty when there is none."""
+        """config.yaml flattened to dotted keys (``pos.momentum.gamma``), or ``read_as``; empty when there is none."""
+        if self.read_as is not None:
+            return self.read_as
         return flatten(self.saved_config) if self.saved_config else {}
 
     @cached_property
@@ -69,6 +75,17 @@ class Record:
             return pd.read_csv(self.path / METRICS)
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
             return None
+
+    def metrics_rows(self) -> list[list[str]]:
+        """metrics.csv's rows as written (header first; the digits as strings: what a bit-identity check compares),
+        or [] when there is none."""
+        import csv
+
+        try:
+            with open(self.path / METRICS, newline="") as f:
+                return list(csv.reader(f))
+        except OSError:
+            return []
 
     @property
     def status(self) -> str:

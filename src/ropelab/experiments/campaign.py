@@ -52,6 +52,7 @@ import yaml
 from ropelab.core import identity, record
 from ropelab.core.cli import CONF_DIR, REPO
 from ropelab.core.errors import ConfigError
+from ropelab.core.record import read as read_record
 
 BRANCH = "campaign-records"
 CARD = "card"
@@ -239,17 +240,10 @@ def git(repo: Path, *args: str, env: dict | None = None, check: bool = True, inp
 
 
 def _completed(text: str) -> bool:
+    """A summary.json's text (a blob on a branch) that says completed."""
     try:
         return json.loads(text).get("status") == "completed"
     except (ValueError, AttributeError):
-        return False
-
-
-def _completed_file(record: Path) -> bool:
-    """A completed record folder (a link to another table's record counts: it is read through)."""
-    try:
-        return _completed((record / "summary.json").read_text())
-    except OSError:
         return False
 
 
@@ -278,12 +272,8 @@ def recorded_in(results: Path) -> dict[str, dict]:
     """<table>/<job> → summary of every completed record under a results folder."""
     found = {}
     for summary in Path(results).glob("**/summary.json"):
-        try:
-            text = summary.read_text()
-        except OSError:
-            continue
-        if _completed(text):
-            found[summary.parent.relative_to(results).as_posix()] = json.loads(text)
+        if (rec := read_record(summary.parent)).completed:
+            found[summary.parent.relative_to(results).as_posix()] = rec.summary
     return found
 
 
@@ -445,7 +435,7 @@ def run(jobs: list[Job], plan: list[tuple[str, list[Job], float]], repo: Path, t
                 handle.close()
                 record = tree / "results" / job.table / job.name
                 left_s -= job.cost
-                if (record / "summary.json").is_file() and _completed((record / "summary.json").read_text()):
+                if read_record(record).completed:
                     commit_record(repo, branch, commit, record, f"results/{job.table}/{job.name}",
                                   f"records: {job.table}/{job.name} (campaign, commit {commit[:7]})")
                     done += 1
@@ -489,8 +479,7 @@ def salvage(jobs: list[Job], done: set[str], repo: Path, tree: Path, branch: str
     commit)."""
     for job in jobs:
         record = tree / "results" / job.table / job.name
-        if job.key not in done and (record / "summary.json").is_file() and \
-                _completed((record / "summary.json").read_text()):
+        if job.key not in done and read_record(record).completed:
             commit_record(repo, branch, commit, record, f"results/{job.table}/{job.name}",
                           f"records: {job.table}/{job.name} (campaign, commit {commit[:7]})")
             done.add(job.key)
@@ -526,7 +515,7 @@ def equivalence(repo: Path, revs: list[str], table: str, count: int, branch: str
             done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
             if done.returncode != 0 or not (out / "metrics.csv").is_file():
                 raise ConfigError(f"{job.key} at {commit[:7]} did not train: {done.stderr.strip().splitlines()[-1:]}")
-            runs_.append(out / "metrics.csv")
+            runs_.append(out)
         diff, _ = first_difference(runs_[0], runs_[1])
         outcomes.append({"table": job.table, "job": job.name, "precision": precision or "auto", "match": not diff,
                          **({"differs": diff} if diff else {})})
@@ -583,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = declared(tables)
     on_branch = recorded_on_branch(repo, args.branch)
     recorded = {**recorded_in(repo / "results"), **on_branch}
-    done = set(on_branch) | {j.key for j in jobs if _completed_file(repo / "results" / j.table / j.name)}
+    done = set(on_branch) | {j.key for j in jobs if read_record(repo / "results" / j.table / j.name).completed}
     if tree is not None:
         salvage(jobs, done, repo, tree, args.branch, commit)
     estimate(jobs, recorded)

@@ -34,7 +34,7 @@ from ropelab.analysis import card as card_report
 from ropelab.analysis import card_records, card_suite
 from ropelab.analysis.card_suite import Suite, TaskSpec
 from ropelab.analysis.report.tables import markdown_table
-from ropelab.core import identity, runs
+from ropelab.core import identity, record, runs
 from ropelab.core.cli import REPO, group_choices
 from ropelab.core.errors import ConfigError
 
@@ -190,8 +190,8 @@ def plan_jobs(req: Request, results: Path) -> list[Job]:
         for seed in req.suite.seeds_for(spec.name):
             config = {**base, "seed": seed}
             job = Job(spec, seed, job_name(req, spec, seed), root / spec.name / job_name(req, spec, seed), config)
-            if runs.recorded(job.record):
-                kept = card_records.read_record(job.record)
+            if (saved := record.read(job.record)).completed:
+                kept = card_records.over_defaults(saved)
                 differ = card_records.differences(config, kept.config) if kept else {"config.yaml": ("?", "unreadable")}
                 job.state = "linked" if job.record.is_symlink() else "recorded"
                 if differ:
@@ -214,17 +214,16 @@ def link_identical(jobs: list[Job], results_root: Path = Path("results"), exclud
     for table in sorted(p for p in results_root.iterdir() if p.is_dir()):
         if table.resolve() == exclude.resolve():
             continue
-        for path in card_records.find_run_dirs(table):
-            summary = runs.recorded(path)
-            if summary and (summary.get("task"), summary.get("seed")) in wanted and not path.is_symlink():
-                if (record := card_records.read_record(path)) is not None:
-                    candidates.append(record)
+        for rec in record.under(table, completed=True):
+            if (rec.summary.get("task"), rec.summary.get("seed")) in wanted and not rec.path.is_symlink():
+                if (found := card_records.over_defaults(rec)) is not None:
+                    candidates.append(found)
     for job in missing:
-        for record in candidates:
-            if card_records.identical(job.config, record.config):
+        for found in candidates:
+            if card_records.identical(job.config, found.config):
                 job.record.parent.mkdir(parents=True, exist_ok=True)
-                job.record.symlink_to(os.path.relpath(record.path, job.record.parent), target_is_directory=True)
-                job.state, job.detail = "linked", str(record.path)
+                job.record.symlink_to(os.path.relpath(found.path, job.record.parent), target_is_directory=True)
+                job.state, job.detail = "linked", str(found.path)
                 break
 
 
@@ -295,7 +294,7 @@ def train_missing(req: Request, results: Path, dry_run: bool = False, log=print)
         if subprocess.run(cmd).returncode != 0:
             status = 1
         for job in todo:
-            if spec.extrapolation and runs.recorded(records_root(req, results) / spec.name / job.name):
+            if spec.extrapolation and record.read(records_root(req, results) / spec.name / job.name).completed:
                 if not extrapolate(req, job, results, log):
                     log(f"  {job.name}: no checkpoint in {run_dir(req, job)}: no extrapolation")
                     status = 1

@@ -26,7 +26,6 @@ One line per job, the table's identity (one, or mixed), and a verdict line; exit
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import logging
 import re
@@ -37,13 +36,13 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from omegaconf import DictConfig, open_dict
 
 from ropelab.core import identity, machine, runs
 from ropelab.core.cli import REPO
 from ropelab.core.config import flatten, record_config
 from ropelab.core.errors import ConfigError
+from ropelab.core.record import read as read_record
 
 log = logging.getLogger("ropelab")
 
@@ -70,12 +69,16 @@ def table_dir(table: str | Path) -> Path:
     return path
 
 
-def _load(record: Path) -> tuple[dict, dict]:
-    return json.loads((record / runs.SUMMARY).read_text()), yaml.safe_load((record / "config.yaml").read_text())
+def _load(folder: Path) -> tuple[dict, dict]:
+    rec = read_record(folder)
+    return rec.summary, rec.saved_config
 
 
 def _record(job: Path) -> bool:
-    return job.is_dir() and not job.name.startswith(".") and bool(runs.recorded(job)) and (job / "config.yaml").is_file()
+    if not job.is_dir() or job.name.startswith("."):
+        return False
+    rec = read_record(job)
+    return rec.completed and rec.saved_config is not None
 
 
 def records_of(table: Path) -> list[Path]:
@@ -135,10 +138,9 @@ def same_kind(summary: dict) -> tuple[bool, str]:
     return not differs, "; ".join(differs)
 
 
-def metrics_rows(path: Path) -> list[list[str]]:
-    """metrics.csv as its strings (the digits as written), wall-time columns left out."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+def metrics_rows(folder: Path) -> list[list[str]]:
+    """A run's metrics.csv as its strings (the digits as written), wall-time columns left out."""
+    rows = read_record(folder).metrics_rows()
     keep = [i for i, name in enumerate(rows[0]) if not WALL_TIME.search(name)] if rows else []
     return [[row[i] if i < len(row) else "" for i in keep] for row in rows]
 
@@ -164,7 +166,7 @@ def _predates(commit: str | None, change: str) -> bool:
 
 
 def first_difference(recorded: Path, retrained: Path, commit: str | None = None) -> tuple[str, str]:
-    """("", note) if the two metrics.csv are bit-identical (wall time aside; for a record from before
+    """("", note) if the two run folders' metrics.csv are bit-identical (wall time aside; for a record from before
     ``GRAD_NORM_LOGGED_AS_CLIPPED``, train/grad_norm aside within float rounding, said in ``note``), else
     (where they first differ, "")."""
     a, b = metrics_rows(recorded), metrics_rows(retrained)
@@ -241,7 +243,7 @@ def reproduce_one(record: Path, table: Path, out: Path) -> tuple[str, str]:
     if retrained.get("status") != "completed":
         return "failed", f"{record.name}: retrained run {retrained.get('status')} ({retrained.get('error', '')}) in {where}"
     if kind_matches:
-        diff, note = first_difference(record / "metrics.csv", scratch / "metrics.csv",
+        diff, note = first_difference(record, scratch,
                                       (summary.get("machine") or {}).get("commit"))
         if not diff:
             return "bit-identical", (f"{record.name}: bit-identical (metrics.csv, {retrained.get('steps')} steps"

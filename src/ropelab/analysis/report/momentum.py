@@ -358,7 +358,7 @@ def section(sweep, out: Path, dpi: int = 100, attention: bool = True, layer: int
     table = seed_table(sweep)
     if table.empty or table["gamma"].nunique() < 2:
         return []
-    floors = baselines(run.record.saved_config for run in sweep.runs if run.record and run.record.saved_config)
+    floors = baselines(run.record.saved_config for run in sweep.runs if run.record.saved_config)
     md = ["## Momentum attention (ropelab.momentum_report)", ""]
     deg_md, deg = degradation_section(table)
     ver_md, verdicts = verdict_section(table, out, dpi, margin, floors)

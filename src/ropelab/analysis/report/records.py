@@ -17,25 +17,39 @@ import tasks
 from ropelab.analysis.stats import train_loss
 from ropelab.core import record, runs
 from ropelab.core.config import flatten
-from ropelab.core.record import read_yaml  # noqa: F401  (ropelab.analysis.card reads it here)
+from ropelab.core.record import read_yaml
 
 
 @dataclass
 class Run:
-    path: Path
+    """A run folder as a report reads it: its record, its config (config.yaml's; before the run wrote one, Hydra's
+    or the folder name's: ``full_config`` False) and what the report derives from its curves."""
+    record: record.Record
     rel: str
     config: dict[str, Any]
     full_config: bool
-    summary: dict | None
-    status: str
-    metrics: pd.DataFrame | None = None
     smoothed: pd.Series | None = None  # smoothed train/loss by step
     lockin: float | None = None  # step; NaN = none; None = undefined
     onset: float | None = None  # step the loss leaves its plateau; NaN = never; None = undefined
     final: dict[str, float] = field(default_factory=dict)
     group_name: str = ""  # the task's group key (gap, depth, length, shift) that ``exact_by_group`` is per
     exact_by_group: dict[str, dict[str, float]] = field(default_factory=dict)  # split → group → exact match
-    record: record.Record | None = None  # the folder as read: its config.yaml as saved, identity, machine
+
+    @property
+    def path(self) -> Path:
+        return self.record.path
+
+    @property
+    def summary(self) -> dict | None:
+        return self.record.summary
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    @property
+    def metrics(self) -> pd.DataFrame | None:
+        return self.record.metrics
 
 
 def exact_by_group(summary: dict | None, task: str | None) -> tuple[str, dict[str, dict[str, float]]]:
@@ -77,8 +91,8 @@ def load_run(path: Path, sweep: Path) -> Run:
         for key, skey in (("task.name", "task"), ("pos.name", "pos"), ("seed", "seed")):
             if summary and skey in summary:
                 config.setdefault(key, summary[skey])
-    run = Run(path=path, rel=str(path.relative_to(sweep)) if path != sweep else path.name, config=config,
-              full_config=full, summary=summary, status=rec.status, metrics=rec.metrics, record=rec)
+    run = Run(record=rec, rel=str(path.relative_to(sweep)) if path != sweep else path.name, config=config,
+              full_config=full)
     run.final = {k: float(v) for k, v in rec.final.items() if isinstance(v, (int, float))}
     run.group_name, run.exact_by_group = exact_by_group(summary, config.get("task.name"))
     return run

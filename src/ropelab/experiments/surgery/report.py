@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ropelab.analysis.report.tables import pipe_table
 from ropelab.experiments.surgery.phase import PAPER_PHASE_OFFSET, untrained_phase
 from ropelab.experiments.surgery.training import ARMS, read_metrics
 
@@ -118,6 +119,7 @@ def markdown(result: dict) -> str:
         f"`{s['runs']}/`, git-ignored):", "", "```"]
     for name, arm in result["arms"].items():
         lines.append(f"python train.py {' '.join(arm['overrides'])}")
+    # the swap table by hand: its blank corner is "| |" in the committed report, and tabulate writes a blank "|  |"
     lines += ["```", "", "## The swap (Δ = 0)", "",
               f"Pretrained model on the fine-tuning validation set ({sw['val_examples']} windows) and the first "
               "fine-tuning batch, before and after `spectralize`:", "",
@@ -137,44 +139,45 @@ def markdown(result: dict) -> str:
               + ", ".join(f"{k} {v:.9f}" for k, v in first.items())
               + (" — **equal to the control's, bit for bit**." if result["swap_equal_to_control"]
                  else " — **NOT equal to the control's**."), "",
-              "## After the swap", "", "![curves, Ω drift, Φ](surgery.png)", "",
-              "| arm | trainable params | first-batch loss (at the swap) | val loss at the swap | val loss at the end "
-              f"| change | bits/char | test loss | OOD loss (window {s['ood_window']}) |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "## After the swap", "", "![curves, Ω drift, Φ](surgery.png)", ""]
     v0 = sw["val_loss_after"]
-    for name, a in result["arms"].items():
-        f = a["final"]
-        lines.append(f"| {ARMS[name][1]} | {a['trainable_params']:,} | {a['first_loss']:.4f} | {v0:.4f} | "
-                     f"{f['val/loss']:.4f} | {f['val/loss'] - v0:+.4f} | {f['val/loss'] * bits:.3f} | {f['test/loss']:.4f} | "
-                     f"{f['ood/loss']:.4f} |")
+    lines += pipe_table(["arm", "trainable params", "first-batch loss (at the swap)", "val loss at the swap",
+                         "val loss at the end", "change", "bits/char", "test loss",
+                         f"OOD loss (window {s['ood_window']})"],
+                        [[ARMS[name][1], f"{a['trainable_params']:,}", f"{a['first_loss']:.4f}", f"{v0:.4f}",
+                          f"{a['final']['val/loss']:.4f}", f"{a['final']['val/loss'] - v0:+.4f}",
+                          f"{a['final']['val/loss'] * bits:.3f}", f"{a['final']['test/loss']:.4f}",
+                          f"{a['final']['ood/loss']:.4f}"] for name, a in result["arms"].items()], "l" + "r" * 8)
     pf = result["pretrain"]["final"]
+    # by hand: its blank cells are "| |" in the committed report, and tabulate writes a blank cell "|  |"
     lines += [f"| (pretrained model on its own val set, seed 0) | | | | {pf['val/loss']:.4f} | | {pf['val/loss'] * bits:.3f} | "
               f"{pf['test/loss']:.4f} | {pf['ood/loss']:.4f} |", "",
               "The val set of the fine-tuning arms (seed 1) is not the pretraining run's (seed 0); \"val loss at the "
               "swap\" is the pretrained model's on the arms' val set. Restarting the learning rate (warm-up to "
               f"{s['finetune_lr']}) first costs the arms that train the weights some loss (val step 23 below), which "
               "they then win back; the spectral-only arm cannot hurt the weights and barely moves.", "",
-              "Validation loss during fine-tuning:", "",
-              "| step | " + " | ".join(result["arms"]) + " |", "|---:|" + "---:|" * len(result["arms"])]
+              "Validation loss during fine-tuning:", ""]
     val_steps = sorted({st for a in result["arms"].values() for st in a["val_curve"]}, key=int)
-    for st in val_steps:
-        lines.append(f"| {st} | " + " | ".join(f"{a['val_curve'].get(st, float('nan')):.4f}"
-                                               for a in result["arms"].values()) + " |")
+    lines += pipe_table(["step", *result["arms"]],
+                        [[st, *(f"{a['val_curve'].get(st, float('nan')):.4f}" for a in result["arms"].values())]
+                         for st in val_steps], "r" * (len(result["arms"]) + 1))
     lines += ["", "## Ω drift per pair", "",
-              "(Ω − Ω₀)/Ω₀ at the end, mean over heads [min, max]; Ω₀ is the checkpoint's inv_freq.", "",
-              "| pair | Ω₀ | period 2π/Ω₀ (chars) | " + " | ".join(ARMS[n][1] for n in ("spectral_only", "spectral_all"))
-              + " | max abs ΔΩ, spectral-only | max abs ΔΩ, everything |", "|---:|---:|---:|---:|---:|---:|---:|"]
+              "(Ω − Ω₀)/Ω₀ at the end, mean over heads [min, max]; Ω₀ is the checkpoint's inv_freq.", ""]
     t_only, t_all = (result["arms"][n]["trace"] for n in ("spectral_only", "spectral_all"))
     absolute = {}
     for name, t in (("only", t_only), ("all", t_all)):
         absolute[name] = np.abs(np.array(t["omega_final"]) - np.array(t["omega_init"])[None, :]).max(0)
+    rows = []
     for i, w0 in enumerate(t_only["omega_init"]):
         cells = []
         for t in (t_only, t_all):
             col = np.array(t["omega_rel_drift"])[:, i]
             cells.append(f"{col.mean():+.3g} [{col.min():+.3g}, {col.max():+.3g}]")
-        lines.append(f"| {i} | {w0:.4g} | {2 * math.pi / w0:,.0f} | " + " | ".join(cells)
-                     + f" | {absolute['only'][i]:.2g} | {absolute['all'][i]:.2g} |")
+        rows.append([i, f"{w0:.4g}", f"{2 * math.pi / w0:,.0f}", *cells, f"{absolute['only'][i]:.2g}",
+                     f"{absolute['all'][i]:.2g}"])
+    lines += pipe_table(["pair", "Ω₀", "period 2π/Ω₀ (chars)",
+                         *(ARMS[n][1] for n in ("spectral_only", "spectral_all")),
+                         "max abs ΔΩ, spectral-only", "max abs ΔΩ, everything"], rows, "r" * 7)
     both = np.concatenate(list(absolute.values()))
     lines += ["", f"In absolute terms every pair moved by a similar amount (max |ΔΩ| per pair {both.min():.2g}–"
               f"{both.max():.2g} rad/char): Adam's steps are about the learning rate ({s['finetune_lr']} × pos_lr_scale "
@@ -184,15 +187,15 @@ def markdown(result: dict) -> str:
     lines += ["", "## Φ per pair and the saw-tooth claim", "",
               "The paper reports a saw-tooth in the learned Φ with mean offset ≈ 7.6e-4 rad. Here Φ starts at exactly "
               "0, so every Φ below was learned. Statistics over the final Φ (heads × pairs; see the module docstring "
-              "for the tests):", "",
-              "| arm | alternation (neighbours with opposite sign) | binomial p vs 0.5 | permutation p | lag-1 autocorr. "
-              "| mean abs Φ (rad) | mean abs neighbour step | max abs Φ | Φ > 0 |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name in ("spectral_only", "spectral_all"):
-        st = result["arms"][name]["trace"]["sawtooth"]
-        lines.append(f"| {ARMS[name][1]} | {st['alternation']:.3f} ({st['alternating']}/{st['neighbours']}) | "
-                     f"{st['binomial_p']:.3g} | {st['permutation_p']:.3g} | {st['lag1_autocorrelation']:+.3f} | "
-                     f"{st['mean_abs_phase']:.3g} | {st['mean_abs_neighbour_step']:.3g} | {st['max_abs_phase']:.3g} | "
-                     f"{st['positive_fraction']:.2f} |")
+              "for the tests):", ""]
+    saw = [(ARMS[name][1], result["arms"][name]["trace"]["sawtooth"]) for name in ("spectral_only", "spectral_all")]
+    lines += pipe_table(["arm", "alternation (neighbours with opposite sign)", "binomial p vs 0.5", "permutation p",
+                         "lag-1 autocorr.", "mean abs Φ (rad)", "mean abs neighbour step", "max abs Φ", "Φ > 0"],
+                        [[arm, f"{st['alternation']:.3f} ({st['alternating']}/{st['neighbours']})",
+                          f"{st['binomial_p']:.3g}", f"{st['permutation_p']:.3g}", f"{st['lag1_autocorrelation']:+.3f}",
+                          f"{st['mean_abs_phase']:.3g}", f"{st['mean_abs_neighbour_step']:.3g}",
+                          f"{st['max_abs_phase']:.3g}", f"{st['positive_fraction']:.2f}"] for arm, st in saw],
+                        "l" + "r" * 8)
     lines += ["", "Final Φ per head (rows) and pair (columns), spectral-only arm:", "", "```"]
     for row in t_only["phase_final"]:
         lines.append(" ".join(f"{v:+.1e}" for v in row))

@@ -34,14 +34,18 @@ def train(overrides: list[str], run_dir: Path, say) -> dict:
 
 
 def read_metrics(run_dir: Path) -> dict[str, dict[int, float]]:
-    import csv
+    """metric → step → value, as metrics.csv writes them (a blank is no value)."""
+    from ropelab.core import record
 
-    out: dict[str, dict[int, float]] = {}
-    with open(run_dir / "metrics.csv") as f:
-        for row in csv.DictReader(f):
-            for key, value in row.items():
-                if key not in ("step", "epoch") and value not in ("", None):
-                    out.setdefault(key, {})[int(row["step"])] = float(value)
+    rows = record.read(run_dir).metrics_rows()
+    if not rows:
+        raise FileNotFoundError(f"{run_dir / record.METRICS}: no metrics to report")
+    header, out = rows[0], {}
+    for row in rows[1:]:
+        cells = dict(zip(header, row))
+        for key, value in cells.items():
+            if key not in ("step", "epoch") and value != "":
+                out.setdefault(key, {})[int(cells["step"])] = float(value)
     return out
 
 
