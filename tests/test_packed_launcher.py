@@ -172,3 +172,34 @@ def test_in_bf16_a_packed_member_agrees_with_its_single_run_within_seed_noise(tm
     gap, noise = np.abs(final["packed"] - final["single"]), final["single"].std(ddof=1)
     print(f"val/loss single {final['single']} packed {final['packed']} |gap| {gap} seed SD {noise:.4f}")
     assert gap.max() < noise
+
+
+class _Opens:
+    """Pickles as a call of ``open``: unpickling it creates ``path``, as a downloaded checkpoint could run code."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_by_the_resume_and_runs_nothing(tmp_path):
+    """Where a resume (single or packed) reads the step of a run folder's checkpoint, it loads weights only: a
+    pickled callable is a one-line refusal, never called; a checkpoint of plain data still gives its step."""
+    import torch
+
+    from ropelab.core.bookkeeping import checkpoint_step, last_checkpoint_step
+    from ropelab.core.errors import ConfigError
+
+    ran = tmp_path / "ran"
+    (tmp_path / "checkpoints").mkdir()
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    torch.save({"global_step": 20, "state_dict": {"model.w": torch.zeros(1)}, "hook": _Opens(ran)}, ckpt)
+    with pytest.raises(ConfigError, match=r"last\.ckpt cannot be read") as err:
+        checkpoint_step(ckpt)
+    assert "\n" not in str(err.value)
+    assert last_checkpoint_step(tmp_path) is None
+    assert not ran.exists()
+    torch.save({"global_step": 20, "state_dict": {"model.w": torch.zeros(1)}}, ckpt)
+    assert checkpoint_step(ckpt) == 20
