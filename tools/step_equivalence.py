@@ -107,8 +107,8 @@ def _same_files(left: Path, right: Path, roots: tuple[Path, Path]) -> bool:
     if names(left) != names(right):
         return False
     for ckpt in sorted(left.glob("checkpoints/*.ckpt")):
-        if not _same_tree(torch.load(ckpt, weights_only=True), torch.load(right / ckpt.relative_to(left), weights_only=True),
-                          roots):
+        other = right / ckpt.relative_to(left)
+        if not _same_tree(torch.load(ckpt, weights_only=True), torch.load(other, weights_only=True), roots):
             return False
     if (left / "positional_trace.npz").is_file():
         a, b = np.load(left / "positional_trace.npz"), np.load(right / "positional_trace.npz")

@@ -246,10 +246,6 @@ class KillAtStep(L.Callback):
         return cls(int(value), signal.Signals[f"SIG{name}"]) if value else None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self.at(trainer.global_step)
-
-    def at(self, step: int) -> None:
-        """The start of training step ``step``."""
-        if step >= self.step and not self.sent:
+        if trainer.global_step >= self.step and not self.sent:
             self.sent = True  # once: a resumed run past the step trains on
             os.kill(os.getpid(), self.signum)

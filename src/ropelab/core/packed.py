@@ -1,5 +1,6 @@
 """Packed members: K runs of one shape trained in one set of calls (issue 23; ``hydra/launcher=packed`` trains a
-multirun's packs with it: ``ropelab.core.packed_launcher``).
+multirun's packs with it: ``ropelab.core.packed_launcher``). ``Pack`` holds the members and takes their step;
+``PackLM`` is the pack as a LightningModule, so that a pack trains in Lightning's loop as a single run does.
 
 A tiny model's step pays per operation, not per example, so K runs that differ only in options that keep every
 tensor's shape (``PER_MEMBER``: seed, learning rates, clipping, the divergence bound, γ) can share the operations:

@@ -4,8 +4,9 @@
 
 The launcher composes every job's config as Hydra's basic launcher does, then groups the jobs whose resolved
 configs are equal but for ``ropelab.core.packed.PER_MEMBER`` (``check_packable``'s rule) into packs of at most
-``pack`` members, and trains each pack of two or more in this process with ``Pack``. Every other job runs exactly
-as with the basic launcher (``ropelab.core.train.main``): one alone in its group, one recorded or finished (it is
+``pack`` members, and trains each pack of two or more in this process (``fit_pack``): Lightning's Trainer fits
+a ``ropelab.core.packed.PackLM``, the LightningModule over the pack's members. Every other job runs exactly as
+with the basic launcher (``ropelab.core.train.main``): one alone in its group, one recorded or finished (it is
 skipped as always), one refused by the config check (its error is the job's), one whose folder another launch
 holds, one with a single run's checkpoint (it resumes as it started), one logging to W&B (one W&B run per process
 at a time), and one at a precision a pack does not train (16-mixed's GradScaler).
@@ -19,9 +20,10 @@ parameters are views of its slice, evaluated by its own ``LitLM`` (``validation_
 
 Checkpoints: after every validation each live member saves ``checkpoints/step<N>.ckpt`` (model, optimiser,
 scheduler, step, positional trace, last finite loss; a step draws no random numbers, its batch is a function of
-the seed and the step) and moves its ``last.ckpt`` link to it; the previous step's files are deleted only once
-every member has moved, so a kill between two members' saves leaves a step they all hold, which the re-run
-resumes from. A job whose last checkpoint a pack wrote resumes in a pack, alone if need be.
+the seed and the step); once all are written each member moves its ``last.ckpt`` link to its own, and the
+previous step's files are deleted only once every member has moved, so a kill between two members' saves leaves
+a step they all hold, which the re-run resumes from. A job whose last checkpoint a pack wrote resumes in a pack,
+alone if need be.
 """
 
 from __future__ import annotations
@@ -225,7 +227,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         if num in first:
             pack = first[num]
             log.info(f"\tpack of {len(pack)}: " + ", ".join(f"#{m.num}" for m in pack))
-            summaries.update(train_pack(pack))
+            summaries.update(fit_pack(pack))
             for m in pack:
                 run_one(m.num, functools.partial(train.one_job, packed=summaries[m.num]))
                 m.built = None  # its model and fixed training set (data.train_size) go with its pack, not the launch
@@ -236,7 +238,8 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 
 
 def _save(members: Sequence[tuple[int, Member]], pack, step: int) -> None:
-    """Each member's state at ``step``, then (all saved) the older checkpoints removed (the module's docstring)."""
+    """Each member's state at ``step``; all saved, each member's ``last.ckpt`` moved to it; all moved, the older
+    checkpoints removed (the module's docstring)."""
     import torch
 
     from ropelab.core import runs
@@ -252,9 +255,10 @@ def _save(members: Sequence[tuple[int, Member]], pack, step: int) -> None:
                  "last_finite_loss": pack.members[k].last_finite_loss}
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        path = _checkpoint_file(m, step)
-        runs.atomic_write_bytes(path, buffer.getvalue())
-        link_last(path)
+        runs.atomic_write_bytes(_checkpoint_file(m, step), buffer.getvalue())
+    # once every file is on disk, renames only: members' last.ckpt disagree for K renames' time, not K saves'
+    for _, m in members:
+        link_last(_checkpoint_file(m, step))
     for _, m in members:
         for old in m.run_dir.glob("checkpoints/step*.ckpt"):
             if old.name != f"step{step:06d}.ckpt":
@@ -297,7 +301,7 @@ def _member_files(members: Sequence[Member], module, started: float, lines: bool
     return MemberFiles()
 
 
-def train_pack(members: Sequence[Member]) -> dict[int, dict]:
+def fit_pack(members: Sequence[Member]) -> dict[int, dict]:
     """Train one pack with Lightning (``ropelab.core.packed.PackLM``); every member's summary (written to its
     folder, its record kept), by job number."""
     import hydra
@@ -305,7 +309,8 @@ def train_pack(members: Sequence[Member]) -> dict[int, dict]:
     import torch
 
     from ropelab.core import machine, runs
-    from ropelab.core.bookkeeping import close_run, completed, config_text, diverged, last_checkpoint_step, start_summary
+    from ropelab.core.bookkeeping import close_run, completed, config_text, diverged, last_checkpoint_step
+    from ropelab.core.bookkeeping import start_summary
     from ropelab.core.callbacks import FlushLoggers, Interrupted, KillAtStep, PositionalTrace, Progress, StopOnInterrupt
     from ropelab.core.loggers import MemberLoggers
     from ropelab.core.packed import Pack, PackLM
