@@ -20,7 +20,7 @@ from conftest import TINY  # noqa: E402
 from ropelab.core import config, machine, positional  # noqa: E402
 from ropelab.core.build import model_for  # noqa: E402
 from ropelab.core.data import draw  # noqa: E402
-from ropelab.core.lit import LitLM  # noqa: E402
+from ropelab.core.lit import LitLM, Member, answer_loss, train_step  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -50,24 +50,28 @@ SCHEMES = [(name, []) for name in positional.names()] + [("rope", ["pos.momentum
 @pytest.mark.parametrize("scheme, overrides", SCHEMES,
                          ids=[n + "".join(f"+{o.split('=')[0].split('.')[1]}" for o in os) for n, os in SCHEMES])
 def test_every_scheme_trains_on_the_device_at_auto_precision(device, scheme, overrides):
-    """A real bio_rotation batch, the autocast a run with trainer.precision=auto gets there, a full AdamW step:
-    the loss is finite and every parameter, gradient and optimizer state stays on the device."""
+    """A real bio_rotation batch, the autocast a run with trainer.precision=auto gets there, two of the one
+    training step (``lit.train_step``: AdamW, schedule, the scheme's projection): the loss is finite and every
+    parameter, gradient and optimizer state stays on the device."""
     _, precision, _ = machine.choose(device, "auto")
     task, ood = tasks.build_with_ood({"name": "bio_rotation", "gap_min": 10, "gap_max": 20, "ood": {"gap_min": 20, "gap_max": 30}})
     model = _tiny_model(scheme, max(task.seq_len, ood.seq_len), overrides).to(device)
     inputs, targets = (torch.from_numpy(a).to(device) for a in draw(task.for_split("train"), 0, "train", 4))
     lit = LitLM(model, {"lr": 1e-3, "weight_decay": 0.1, "betas": [0.9, 0.95], "eps": 1e-8, "warmup_steps": 1,
                         "min_lr_ratio": 0.1}, max_steps=2)
-    optimizer = lit.configure_optimizers()["optimizer"]
-    for _ in range(2):
+    member = Member.of(lit, clip=None)
+    logits = []
+
+    def loss():
         with torch.autocast(device, dtype=torch.bfloat16, enabled=precision.startswith("bf16")):
-            logits = model(inputs)
-        loss = LitLM.loss(logits, targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        model.pos.project_()
-    assert logits.device.type == device and math.isfinite(loss.item())
+            logits[:] = [model(inputs)]
+        return answer_loss(logits[0], targets).reshape(1)
+
+    for step in range(2):
+        (value,) = train_step([member], loss, step)
+    assert member.diverged is None and member.grad_norm is not None
+    assert logits[0].device.type == device and math.isfinite(value)
+    optimizer = member.optimizer
     for name, p in model.named_parameters():
         assert p.device.type == device, name
     for state in optimizer.state.values():

@@ -124,6 +124,64 @@ def test_a_killed_pack_resumes_every_member_and_ends_as_an_uninterrupted_one(str
         assert f"resuming {member} from step 20" in (member / "train.log").read_text()
 
 
+def _same_as_straight(sweep, straight, resumed_from: int) -> None:
+    for k in (0, 1):
+        member, reference = sweep / f"job{k}", straight / f"job{k}"
+        summary = runs.read_summary(member)
+        assert summary["status"] == "completed" and summary["resumed_from_step"] == resumed_from
+        assert (member / "metrics.csv").read_text() == (reference / "metrics.csv").read_text()
+        assert summary["final"] == runs.read_summary(reference)["final"]
+        assert summary["per_group"] == runs.read_summary(reference)["per_group"]
+        trace, straight_trace = np.load(member / runs.TRACE), np.load(reference / runs.TRACE)
+        assert all(np.array_equal(trace[key], straight_trace[key]) for key in straight_trace.keys())
+
+
+def test_ctrl_c_stops_a_pack_at_the_step_under_way_and_the_rerun_ends_as_an_uninterrupted_one(straight, tmp_path):
+    """SIGINT during step 30: every member saves its checkpoint of that step's end (31), its run is interrupted
+    (exit 130, as a sweep's Ctrl-C); the same command resumes both from 31, and they end as the straight pack."""
+    stopped = run_train("-m", *FP32, *MEMBERS, *PACKED, cwd=tmp_path,
+                        env={KillAtStep.ENV: "30", KillAtStep.SIGNAL_ENV: "INT"})
+    assert stopped.returncode == 130, stopped.stderr[-2000:]
+    sweep = tmp_path / "runs" / "sweep"
+    for k in (0, 1):
+        summary = runs.read_summary(sweep / f"job{k}")
+        assert summary["status"] == "interrupted" and summary["steps"] == summary["checkpoint_step"] == 31
+        assert sorted(p.name for p in (sweep / f"job{k}" / "checkpoints").iterdir()) == ["last.ckpt", "step000031.ckpt"]
+    resumed = run_train("-m", *FP32, *MEMBERS, *PACKED, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _same_as_straight(sweep, straight, 31)
+
+
+@pytest.mark.slow
+def test_a_pack_killed_once_it_has_saved_resumes_to_the_uninterrupted_end(straight, tmp_path):
+    """SIGKILL as soon as the last member's first checkpoint is linked (waiting on that file, not on a clock),
+    wherever the pack then is: the rerun resumes from what every member holds and ends as the straight pack."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    first = tmp_path / "runs" / "sweep" / "job1" / "checkpoints" / "last.ckpt"
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "-m", *FP32, *MEMBERS, *PACKED],
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        while not first.is_symlink() and process.poll() is None:
+            time.sleep(0.02)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert first.is_symlink()
+    resumed = run_train("-m", *FP32, *MEMBERS, *PACKED, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    steps = {runs.read_summary(tmp_path / "runs" / "sweep" / f"job{k}")["resumed_from_step"] for k in (0, 1)}
+    assert len(steps) == 1 and steps <= {20, 40}  # every member from one step a validation saved
+    _same_as_straight(tmp_path / "runs" / "sweep", straight, steps.pop())
+
+
 def test_jobs_pack_by_shape_and_start_and_a_job_alone_in_its_shape_is_left_to_run_alone(tmp_path):
     """The grouping: members of one shape (all but PER_MEMBER keys equal) in job order, ``pack`` at most; a fresh
     job alone in its shape is left out (the launcher runs it as any job: test above, job3); a member resuming
@@ -172,3 +230,34 @@ def test_in_bf16_a_packed_member_agrees_with_its_single_run_within_seed_noise(tm
     gap, noise = np.abs(final["packed"] - final["single"]), final["single"].std(ddof=1)
     print(f"val/loss single {final['single']} packed {final['packed']} |gap| {gap} seed SD {noise:.4f}")
     assert gap.max() < noise
+
+
+class _Opens:
+    """Pickles as a call of ``open``: unpickling it creates ``path``, as a downloaded checkpoint could run code."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_by_the_resume_and_runs_nothing(tmp_path):
+    """Where a resume (single or packed) reads the step of a run folder's checkpoint, it loads weights only: a
+    pickled callable is a one-line refusal, never called; a checkpoint of plain data still gives its step."""
+    import torch
+
+    from ropelab.core.bookkeeping import checkpoint_step, last_checkpoint_step
+    from ropelab.core.errors import ConfigError
+
+    ran = tmp_path / "ran"
+    (tmp_path / "checkpoints").mkdir()
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    torch.save({"global_step": 20, "state_dict": {"model.w": torch.zeros(1)}, "hook": _Opens(ran)}, ckpt)
+    with pytest.raises(ConfigError, match=r"last\.ckpt cannot be read") as err:
+        checkpoint_step(ckpt)
+    assert "\n" not in str(err.value)
+    assert last_checkpoint_step(tmp_path) is None
+    assert not ran.exists()
+    torch.save({"global_step": 20, "state_dict": {"model.w": torch.zeros(1)}}, ckpt)
+    assert checkpoint_step(ckpt) == 20

@@ -99,9 +99,10 @@ def _refuse_other_settings(cfg: RunConfig | DictConfig, run_dir: Path, summary: 
 
 
 def checkpoint_step(ckpt: Path) -> int:
-    """The global step a checkpoint was saved at; a truncated or corrupt file is a one-line ConfigError."""
+    """The global step a checkpoint was saved at; a truncated or corrupt file, or one that would run code as it
+    loads (weights only: a run folder someone downloads must not), is a one-line ConfigError."""
     try:
-        return int(torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"])
+        return int(torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"])
     except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError… depending on the damage
         target = f" (→ {ckpt.resolve().name})" if ckpt.is_symlink() else ""
         why = (str(err).splitlines() or [type(err).__name__])[0][:120]

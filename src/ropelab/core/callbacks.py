@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import lightning as L
 import numpy as np
@@ -39,8 +40,8 @@ class PositionalTrace(L.Callback):
         self.record(trainer.global_step, pl_module.model.pos)
 
     def record(self, step: int, pos) -> None:
-        """Snapshot ``pos``'s learnable parameters at ``step`` and rewrite the file (a packed member calls this
-        directly)."""
+        """Snapshot ``pos``'s learnable parameters at ``step`` and rewrite the file (a pack's member's trace is
+        recorded directly: ``ropelab.core.packed_launcher``)."""
         params = pos.positional_parameters()
         if not params or (self.steps and self.steps[-1] == step):
             return
@@ -174,10 +175,11 @@ class StopOnInterrupt(L.Callback):
     checkpoint of that step is saved as ``checkpoints/last.ckpt`` (where Lightning resumes exactly: a checkpoint
     saved on_train_batch_end), and at the start of the next step, once that step's metrics are logged, the
     metrics are flushed and ``Interrupted`` ends the fit. A second SIGINT stops at once (KeyboardInterrupt; the
-    last checkpoint is then the last validation's)."""
+    last checkpoint is then the last validation's). ``save(step)``: how that step is saved, where it is not one
+    Lightning checkpoint (a pack's members each save their own: ``ropelab.core.packed_launcher``)."""
 
-    def __init__(self, checkpoint_dir: str | Path):
-        self.checkpoint_dir = Path(checkpoint_dir)
+    def __init__(self, checkpoint_dir: str | Path, save: Callable[[int], None] | None = None):
+        self.checkpoint_dir, self.save = Path(checkpoint_dir), save
         self.requested, self.saved_step = False, None
 
     @contextlib.contextmanager
@@ -201,12 +203,12 @@ class StopOnInterrupt(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.requested and self.saved_step is None:
             step = trainer.global_step
-            path = self.checkpoint_dir / f"step{step:06d}.ckpt"  # a validation at this step saves over it
-            trainer.save_checkpoint(path)
-            link = self.checkpoint_dir / f".last.{os.getpid()}"
-            link.unlink(missing_ok=True)
-            link.symlink_to(path.name)
-            os.replace(link, self.checkpoint_dir / "last.ckpt")  # one rename: a kill leaves the old link or the new
+            if self.save is not None:
+                self.save(step)
+            else:
+                path = self.checkpoint_dir / f"step{step:06d}.ckpt"  # a validation at this step saves over it
+                trainer.save_checkpoint(path)
+                link_last(path)
             self.saved_step = step
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -214,6 +216,14 @@ class StopOnInterrupt(L.Callback):
             for logger in trainer.loggers:
                 logger.save()
             raise Interrupted(self.saved_step)
+
+
+def link_last(path: Path) -> None:
+    """``last.ckpt`` beside ``path`` made to point at it, in one rename: a kill leaves the old link or the new."""
+    link = path.parent / f".last.{os.getpid()}"
+    link.unlink(missing_ok=True)
+    link.symlink_to(path.name)
+    os.replace(link, path.parent / "last.ckpt")
 
 
 class KillAtStep(L.Callback):
@@ -236,10 +246,6 @@ class KillAtStep(L.Callback):
         return cls(int(value), signal.Signals[f"SIG{name}"]) if value else None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self.at(trainer.global_step)
-
-    def at(self, step: int) -> None:
-        """The start of training step ``step`` (a pack calls this itself)."""
-        if step >= self.step and not self.sent:
+        if trainer.global_step >= self.step and not self.sent:
             self.sent = True  # once: a resumed run past the step trains on
             os.kill(os.getpid(), self.signum)

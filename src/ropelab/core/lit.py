@@ -348,8 +348,8 @@ class LitLM(L.LightningModule):
         self.log_dict(self.validation_metrics())
 
     def validation_metrics(self) -> dict[str, Any]:
-        """The validation pass's metrics (its states then reset) and each positional parameter's mean; a packed
-        member (``ropelab.core.packed_launcher``) logs the same dict."""
+        """The validation pass's metrics (its states then reset) and each positional parameter's mean; a pack
+        (``ropelab.core.packed.PackLM``) logs each member's."""
         metrics: dict[str, Any] = self.answer_metrics["val"].compute("val")
         self.answer_metrics["val"].reset()
         for name, p in self.model.pos.positional_parameters().items():

@@ -80,6 +80,51 @@ class RunCSVLogger(Logger):
         self.save()
 
 
+class MemberLoggers(Logger):
+    """A pack's loggers (``ropelab.core.packed.PackLM``): what it logs as ``<k>/<metric>`` goes to member ``k``'s
+    own loggers as ``<metric>``, with what every member shares (``epoch``); ``final[k]`` keeps each metric's last
+    value (a member's summary). A member ``drop``ped (its run ended) is sent nothing more."""
+
+    def __init__(self, members: list[list[Logger]], final: list[dict[str, float]]):
+        super().__init__()
+        self.members, self.final = dict(enumerate(members)), final
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    def drop(self, k: int) -> None:
+        self.members.pop(k, None)
+
+    @rank_zero_only
+    def log_hyperparams(self, params=None, *args, **kwargs) -> None:
+        pass
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        shared = {k: v for k, v in metrics.items() if "/" not in k or not k.split("/", 1)[0].isdigit()}
+        for k, loggers in self.members.items():
+            own = {key.split("/", 1)[1]: v for key, v in metrics.items() if key.startswith(f"{k}/")}
+            if own:
+                self.final[k].update(own)
+                for logger in loggers:
+                    logger.log_metrics({**own, **shared}, step=step)
+
+    @rank_zero_only
+    def save(self) -> None:
+        for loggers in self.members.values():
+            for logger in loggers:
+                logger.save()
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        self.save()  # each member's run closes its own loggers
+
+
 def truncate_metrics(metrics_csv: Path, from_step: int) -> None:
     """Drop rows logged at ``step >= from_step`` (they will be logged again by the resumed run)."""
     metrics_csv = Path(metrics_csv)

@@ -1,5 +1,6 @@
 """Packed members: K runs of one shape trained in one set of calls (issue 23; ``hydra/launcher=packed`` trains a
-multirun's packs with it: ``ropelab.core.packed_launcher``).
+multirun's packs with it: ``ropelab.core.packed_launcher``). ``Pack`` holds the members and takes their step;
+``PackLM`` is the pack as a LightningModule, so that a pack trains in Lightning's loop as a single run does.
 
 A tiny model's step pays per operation, not per example, so K runs that differ only in options that keep every
 tensor's shape (``PER_MEMBER``: seed, learning rates, clipping, the divergence bound, γ) can share the operations:
@@ -29,15 +30,17 @@ vmap runs it once per member (a warning, silenced here), so attention is not sha
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
+import lightning as L
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader, IterableDataset
 
 from ropelab.core.config import flatten
 from ropelab.core.errors import ConfigError
-from ropelab.core.lit import LitLM, Member, answer_loss, train_step
+from ropelab.core.lit import Diverged, LitLM, Member, answer_loss, train_step
 from ropelab.core.positional.momentum import KEY as MOMENTUM, options_of
 
 # keys a pack's members may differ in: none changes a tensor's shape or the operations of a step
@@ -160,3 +163,102 @@ class Pack:
         out = train_step(self.members, lambda: self.losses(inputs, targets), self.steps, self._share_gradients)
         self.steps += 1
         return out
+
+
+class _Together(IterableDataset):
+    """The members' training batches, one step at a time: (K, B, T) inputs and targets."""
+
+    def __init__(self, streams: Sequence[Iterable]):
+        self.streams = streams
+
+    def __iter__(self):
+        for batches in zip(*self.streams):
+            inputs, targets = zip(*batches)
+            yield torch.stack(inputs), torch.stack(targets)
+
+
+class PackLM(L.LightningModule):
+    """A pack in Lightning's loop: one training step of every live member per batch (``Pack.step``: the one
+    training step, ``lit.train_step``, over the members), each member's validation and test by its own ``LitLM``.
+
+    Metrics are logged under ``<k>/`` (``ropelab.core.loggers.MemberLoggers`` hands each member its own).
+    Optimisation is manual: each member's optimiser, schedule and clipping are its own (``train_step``), and the
+    Trainer counts a pack's step as one optimiser step. The Trainer runs at 32-true: the pack autocasts its
+    forward and evaluation itself (bf16-mixed), its backward outside autocast. A pack resumed at ``start_step``
+    (members' checkpoints loaded by the caller) continues Lightning's step counters from there.
+    ``on_diverged(k, Diverged)``: member ``k`` diverged; it is no longer trained, logged or evaluated."""
+
+    def __init__(self, pack: Pack, train_batches: Sequence[Iterable], datamodules: Sequence, start_step: int = 0,
+                 on_diverged: Callable[[int, Diverged], None] | None = None):
+        super().__init__()
+        self.automatic_optimization = False
+        self.pack, self.batches, self.datamodules = pack, _Together(train_batches), list(datamodules)
+        self.lits = torch.nn.ModuleList(pack.lits)  # eval / train mode follow the pack's
+        self.start_step, self.on_diverged = start_step, on_diverged
+        self.live = list(range(len(pack)))
+        pack.steps = start_step
+
+    def _autocast(self):
+        return torch.autocast(self.pack.device, dtype=torch.bfloat16, enabled=self.pack.autocast)
+
+    def configure_optimizers(self):
+        return None  # Lightning's stand-in optimiser: its step runs the pack's (training_step)
+
+    def train_dataloader(self):
+        return DataLoader(self.batches, batch_size=None)
+
+    def val_dataloader(self):
+        return [dm.val_dataloader() for dm in self.datamodules]
+
+    def test_dataloader(self):
+        return [loader for dm in self.datamodules for loader in dm.test_dataloader()]
+
+    def on_train_start(self):
+        loop = self.trainer.fit_loop.epoch_loop
+        for progress in (loop.batch_progress.total, loop.manual_optimization.optim_step_progress.total):
+            for counter in ("ready", "started", "processed", "completed"):
+                if hasattr(progress, counter):
+                    setattr(progress, counter, self.start_step)
+        loop._batches_that_stepped = self.start_step
+
+    def training_step(self, batch, batch_idx):
+        step, losses = self.pack.steps, []
+        inputs, targets = batch
+        self.optimizers().step(lambda: losses.extend(self.pack.step((inputs, targets))))
+        logged = {}
+        for k in list(self.live):
+            member = self.pack.members[k]
+            if member.diverged is not None:
+                self.live.remove(k)
+                if self.on_diverged is not None:
+                    self.on_diverged(k, Diverged(step, member.last_finite_loss, member.why))
+                continue
+            logged.update({f"{k}/train/loss": losses[k], f"{k}/train/lr": member.lr,
+                           f"{k}/train/grad_norm": member.grad_norm})
+        if logged:
+            self.log_dict(logged, on_step=True, on_epoch=False)
+        if not self.live:
+            self.trainer.should_stop = True
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        if dataloader_idx in self.live:
+            with self._autocast():
+                self.lits[dataloader_idx].validation_step(batch, batch_idx)
+
+    def on_validation_epoch_end(self):
+        for k in self.live:
+            with self._autocast():
+                metrics = self.lits[k].validation_metrics()
+            self.log_dict({f"{k}/{key}": value for key, value in metrics.items()}, add_dataloader_idx=False)
+
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        k, split = divmod(dataloader_idx, 2)
+        if k in self.live:
+            with self._autocast():
+                self.lits[k].test_step(batch, batch_idx, split)
+
+    def on_test_epoch_end(self):
+        for k in self.live:
+            with self._autocast():
+                metrics = self.lits[k].test_metrics()
+            self.log_dict({f"{k}/{key}": value for key, value in metrics.items()}, add_dataloader_idx=False)

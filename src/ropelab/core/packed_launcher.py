@@ -4,8 +4,9 @@
 
 The launcher composes every job's config as Hydra's basic launcher does, then groups the jobs whose resolved
 configs are equal but for ``ropelab.core.packed.PER_MEMBER`` (``check_packable``'s rule) into packs of at most
-``pack`` members, and trains each pack of two or more in this process with ``Pack``. Every other job runs exactly
-as with the basic launcher (``ropelab.core.train.main``): one alone in its group, one recorded or finished (it is
+``pack`` members, and trains each pack of two or more in this process (``fit_pack``): Lightning's Trainer fits
+a ``ropelab.core.packed.PackLM``, the LightningModule over the pack's members. Every other job runs exactly as
+with the basic launcher (``ropelab.core.train.main``): one alone in its group, one recorded or finished (it is
 skipped as always), one refused by the config check (its error is the job's), one whose folder another launch
 holds, one with a single run's checkpoint (it resumes as it started), one logging to W&B (one W&B run per process
 at a time), and one at a precision a pack does not train (16-mixed's GradScaler).
@@ -19,9 +20,10 @@ parameters are views of its slice, evaluated by its own ``LitLM`` (``validation_
 
 Checkpoints: after every validation each live member saves ``checkpoints/step<N>.ckpt`` (model, optimiser,
 scheduler, step, positional trace, last finite loss; a step draws no random numbers, its batch is a function of
-the seed and the step) and moves its ``last.ckpt`` link to it; the previous step's files are deleted only once
-every member has moved, so a kill between two members' saves leaves a step they all hold, which the re-run
-resumes from. A job whose last checkpoint a pack wrote resumes in a pack, alone if need be.
+the seed and the step); once all are written each member moves its ``last.ckpt`` link to its own, and the
+previous step's files are deleted only once every member has moved, so a kill between two members' saves leaves
+a step they all hold, which the re-run resumes from. A job whose last checkpoint a pack wrote resumes in a pack,
+alone if need be.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import logging
 import os
 import pickle
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -100,7 +103,7 @@ def _member(num: int, sweep_config: DictConfig) -> Member | None:
     """The job as a pack member, its folder claimed; None where it runs as any job does (the module's docstring)."""
     import torch
 
-    from ropelab.core import machine, runs, train
+    from ropelab.core import bookkeeping, machine, runs
     from ropelab.core.build import build
     from ropelab.core.packed import check_packable
     from ropelab.core.schema import resolved
@@ -109,7 +112,7 @@ def _member(num: int, sweep_config: DictConfig) -> Member | None:
     try:
         resolved(cfg)
         cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))  # no ${hydra:…} left to need the job's
-        record_dir, trial = train.record_plan(cfg, sweep_config.hydra, run_dir, sweep=True)
+        record_dir, trial = bookkeeping.record_plan(cfg, sweep_config.hydra, run_dir, sweep=True)
         if runs.recorded(record_dir) and not cfg.rerun:
             return None
         if any(spec for name, spec in (cfg.logger or {}).items() if name not in LOGGERS):
@@ -123,7 +126,7 @@ def _member(num: int, sweep_config: DictConfig) -> Member | None:
     member = Member(num, sweep_config, cfg, run_dir, record_dir, trial, built)
     try:
         member.claim.enter_context(runs.claim(run_dir))
-        plan = train._decide(run_dir, cfg, sweep=True)
+        plan = bookkeeping.decide(run_dir, cfg, sweep=True)
         if plan.action == "resume":
             # weights only: a checkpoint in a downloaded run folder must not run code; a single run's checkpoint
             # that holds more than plain data is not a pack's either
@@ -224,7 +227,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         if num in first:
             pack = first[num]
             log.info(f"\tpack of {len(pack)}: " + ", ".join(f"#{m.num}" for m in pack))
-            summaries.update(train_pack(pack))
+            summaries.update(fit_pack(pack))
             for m in pack:
                 run_one(m.num, functools.partial(train.one_job, packed=summaries[m.num]))
                 m.built = None  # its model and fixed training set (data.train_size) go with its pack, not the launch
@@ -234,29 +237,13 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     return [returns[num] for num in configs]
 
 
-def _evaluate(member: Member, device: str, autocast: bool, split: str) -> dict[str, float]:
-    """One evaluation pass of a member's model with its own LitLM, as Lightning's validate / test run it
-    (eval mode, inference mode, the run's autocast)."""
-    import torch
-
-    lit, dm = member.built.lit, member.built.datamodule
-    loaders = [dm.val_dataloader()] if split == "val" else dm.test_dataloader()
-    lit.eval()
-    with torch.inference_mode(), torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
-        for index, loader in enumerate(loaders):
-            for i, batch in enumerate(loader):
-                batch = [t.to(device) for t in batch]
-                lit.validation_step(batch, i) if split == "val" else lit.test_step(batch, i, index)
-        metrics = lit.validation_metrics() if split == "val" else lit.test_metrics()
-    lit.train()
-    return {k: float(v) for k, v in metrics.items()}
-
-
 def _save(members: Sequence[tuple[int, Member]], pack, step: int) -> None:
-    """Each member's state at ``step``, then (all saved) the older checkpoints removed (the module's docstring)."""
+    """Each member's state at ``step``; all saved, each member's ``last.ckpt`` moved to it; all moved, the older
+    checkpoints removed (the module's docstring)."""
     import torch
 
     from ropelab.core import runs
+    from ropelab.core.callbacks import link_last
 
     for k, m in members:
         state = {"packed": {"members": len(pack), "index": k}, "global_step": step,
@@ -268,12 +255,10 @@ def _save(members: Sequence[tuple[int, Member]], pack, step: int) -> None:
                  "last_finite_loss": pack.members[k].last_finite_loss}
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        path = _checkpoint_file(m, step)
-        runs.atomic_write_bytes(path, buffer.getvalue())
-        link = path.parent / f".last.{os.getpid()}"
-        link.unlink(missing_ok=True)
-        link.symlink_to(path.name)
-        os.replace(link, path.parent / "last.ckpt")  # one rename: a kill leaves the old link or the new
+        runs.atomic_write_bytes(_checkpoint_file(m, step), buffer.getvalue())
+    # once every file is on disk, renames only: members' last.ckpt disagree for K renames' time, not K saves'
+    for _, m in members:
+        link_last(_checkpoint_file(m, step))
     for _, m in members:
         for old in m.run_dir.glob("checkpoints/step*.ckpt"):
             if old.name != f"step{step:06d}.ckpt":
@@ -294,27 +279,52 @@ def _load(k: int, m: Member, pack) -> None:
     truncate_metrics(m.run_dir / "metrics.csv", m.step)  # rows at step >= this are logged again
 
 
-def train_pack(members: Sequence[Member]) -> dict[int, dict]:
-    """Train one pack; every member's summary (written to its folder, its record kept), by job number."""
+def _member_files(members: Sequence[Member], module, started: float, lines: bool):
+    """The callback that leaves each live member's files after a validation in the fit: its trace, its progress
+    line and (all members' metrics flushed before, by ``FlushLoggers``) its checkpoint."""
+    import lightning as L
+
+    from ropelab.core.callbacks import Progress
+
+    class MemberFiles(L.Callback):
+        def on_validation_end(self, trainer, pl_module):
+            if trainer.state.fn != "fit":
+                return
+            step, start, total = trainer.global_step, module.start_step, trainer.max_steps
+            for k in module.live:
+                m = members[k]
+                m.trace.record(step, m.built.model.pos)
+                if lines:
+                    m.say(Progress.format(m.run_dir.name, step, total, step - start, time.time() - started, m.final))
+            _save([(k, members[k]) for k in module.live], module.pack, step)
+
+    return MemberFiles()
+
+
+def fit_pack(members: Sequence[Member]) -> dict[int, dict]:
+    """Train one pack with Lightning (``ropelab.core.packed.PackLM``); every member's summary (written to its
+    folder, its record kept), by job number."""
     import hydra
+    import lightning as L
     import torch
 
-    from ropelab.core import machine, runs, train
-    from ropelab.core.callbacks import KillAtStep, PositionalTrace, Progress, StopOnInterrupt
-    from ropelab.core.lit import Diverged
-    from ropelab.core.packed import Pack
+    from ropelab.core import machine, runs
+    from ropelab.core.bookkeeping import close_run, completed, config_text, diverged, last_checkpoint_step
+    from ropelab.core.bookkeeping import start_summary
+    from ropelab.core.callbacks import FlushLoggers, Interrupted, KillAtStep, PositionalTrace, Progress, StopOnInterrupt
+    from ropelab.core.loggers import MemberLoggers
+    from ropelab.core.packed import Pack, PackLM
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # as train._train: its info lines repeat ours
     cfg = members[0].cfg
     accelerator, precision, why = machine.choose(cfg.trainer.accelerator, cfg.trainer.precision)
-    torch.set_num_threads(train._threads(cfg))
+    torch.set_num_threads(machine.threads(cfg.trainer.threads))
     for m in members:
         m.built.lit.to(accelerator)
     pack = Pack([m.cfg for m in members], precision, accelerator, lits=[m.built.lit for m in members])
-    max_steps, val_every, start_step = cfg.trainer.max_steps, cfg.trainer.val_every, members[0].step
-    lines = Progress.choose(cfg.trainer.progress, parallel=True) != "off"
+    start_step = members[0].step
     for k, m in enumerate(members):
-        runs.atomic_write_text(m.run_dir / "config.yaml", train.config_text(m.cfg))
+        runs.atomic_write_text(m.run_dir / "config.yaml", config_text(m.cfg))
         m.handler = logging.FileHandler(m.run_dir / "train.log")
         m.handler.setFormatter(logging.Formatter(FORMAT))
         m.loggers = [hydra.utils.instantiate(spec, save_dir=str(m.run_dir)) for spec in (cfg.logger or {}).values() if spec]
@@ -322,81 +332,64 @@ def train_pack(members: Sequence[Member]) -> dict[int, dict]:
         if m.checkpoint is not None:
             _load(k, m, pack)
             m.say(f"resuming {m.run_dir} from step {m.step}")
-        m.summary = {**train.start_summary(m.cfg, m.run_dir, m.built.model, m.step, accelerator, precision, False,
-                                           m.trial), "packed": {"members": len(members), "index": k}}
+        m.summary = {**start_summary(m.cfg, m.run_dir, m.built.model, m.step, accelerator, precision, False, m.trial),
+                     "packed": {"members": len(members), "index": k}}
         runs.write_summary(m.run_dir, m.summary)
         m.say(f"device {accelerator}, precision {precision} ({why}), compile False (a pack is not compiled), "
               f"packed: member {k} of {len(members)}")
         if m.step == 0:
             m.trace.record(0, m.built.model.pos)
-    pack.steps = start_step
+    loggers = MemberLoggers([m.loggers for m in members], [m.final for m in members])
     live = dict(enumerate(members))
-    kill, stop = KillAtStep.from_env(), StopOnInterrupt(members[0].run_dir / CHECKPOINTS)
-    # each member's batches from its own datamodule, as its single run's DataLoader yields them (batch_size=None
-    # passes them through): drawn afresh or from its fixed training set (data.train_size)
-    streams = [iter(m.built.datamodule.train_batches(start_step)) for m in members]
     start = time.time()
 
-    def end(k: int, fields: dict) -> None:
+    def end(k: int, fields: dict, steps: int) -> None:
         m = live.pop(k)
+        loggers.drop(k)
         m.summary.update(fields)
-        train.close_run(m.run_dir, m.summary, m.loggers, m.record_dir, pack.steps if fields["status"] != "diverged"
-                        else fields["diverged_step"], time.time() - start, m.built.lit.fused)
+        close_run(m.run_dir, m.summary, m.loggers, m.record_dir, steps, time.time() - start, m.built.lit.fused)
 
+    # each member's batches from its own datamodule, as its single run's DataLoader yields them: drawn afresh or
+    # from its fixed training set (data.train_size)
+    module = PackLM(pack, [m.built.datamodule.train_batches(start_step) for m in members],
+                    [m.built.datamodule for m in members], start_step,
+                    on_diverged=lambda k, err: end(k, diverged(err), err.step))
+    stop = StopOnInterrupt(members[0].run_dir / CHECKPOINTS,
+                           save=lambda step: _save([(k, members[k]) for k in module.live], pack, step))
+    lines = Progress.choose(cfg.trainer.progress, parallel=True) != "off"
+    callbacks = [FlushLoggers(), _member_files(members, module, start, lines), stop]
+    if kill := KillAtStep.from_env():
+        callbacks.append(kill)
+    max_steps, val_every = cfg.trainer.max_steps, cfg.trainer.val_every
+    trainer = L.Trainer(accelerator=accelerator, devices=1, max_steps=max_steps, precision="32-true",
+                        val_check_interval=val_every, check_val_every_n_epoch=None, num_sanity_val_steps=0,
+                        log_every_n_steps=1, logger=[loggers], callbacks=callbacks, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False,
+                        default_root_dir=str(members[0].run_dir))
     try:
-        with stop.armed():
-            while pack.steps < max_steps and live:
-                if kill:
-                    kill.at(pack.steps)
-                step = pack.steps
-                inputs, targets = zip(*(next(stream) for stream in streams))
-                losses = pack.step((torch.stack(inputs).to(accelerator), torch.stack(targets).to(accelerator)))
-                for k in list(live):
-                    member = pack.members[k]
-                    if member.diverged is not None:
-                        end(k, train.diverged(Diverged(step, member.last_finite_loss, member.why)))
-                        continue
-                    # the learning rate as Lightning's self.log keeps it: a float32 tensor
-                    train_metrics = {"train/loss": losses[k], "train/lr": torch.tensor(member.lr).item(),
-                                     "train/grad_norm": member.grad_norm}
-                    live[k].final.update(train_metrics)
-                    for lg in live[k].loggers:
-                        lg.log_metrics({**train_metrics, "epoch": 0}, step=step)
-                validate = pack.steps % val_every == 0
-                for k, m in live.items() if validate else ():
-                    metrics = _evaluate(m, accelerator, pack.autocast, "val")
-                    m.final.update(metrics)
-                    for lg in m.loggers:  # Lightning logs a validation at the step before the one it follows
-                        lg.log_metrics({**metrics, "epoch": 0}, step=pack.steps - 1)
-                        lg.save()
-                    m.trace.record(pack.steps, m.built.model.pos)
-                    if lines:
-                        m.say(Progress.format(m.run_dir.name, pack.steps, max_steps, pack.steps - start_step,
-                                              time.time() - start, m.final))
-                if validate or stop.requested:
-                    _save(list(live.items()), pack, pack.steps)
-                if stop.requested:
-                    for k in list(live):
-                        end(k, {"status": "interrupted", "checkpoint_step": pack.steps, "final": dict(live[k].final)})
+        with warnings.catch_warnings():
+            # the stand-in optimiser is meant (PackLM.configure_optimizers); the batches are made in this process
+            warnings.filterwarnings("ignore", message=r".*configure_optimizers. returned .None.")
+            warnings.filterwarnings("ignore", message=r".*does not have many workers")
+            with stop.armed():
+                trainer.fit(module)
+            if stop.saved_step is not None:  # asked to stop in the last step: its checkpoint is saved
+                raise Interrupted(stop.saved_step)
+            if live:
+                if max_steps % val_every:  # the final metrics are those of the final weights
+                    trainer.validate(module, verbose=False)
+                trainer.test(module, verbose=False)
         for k, m in list(live.items()):
-            if max_steps % val_every:  # the final metrics are those of the final weights
-                metrics = _evaluate(m, accelerator, pack.autocast, "val")
-                m.final.update(metrics)
-                for lg in m.loggers:
-                    lg.log_metrics({**metrics, "epoch": 1}, step=max_steps)
-            metrics = _evaluate(m, accelerator, pack.autocast, "test")
-            m.final.update(metrics)
-            for lg in m.loggers:
-                lg.log_metrics({**metrics, "epoch": 1}, step=max_steps)
-            end(k, train.completed(m.built.model, m.built.datamodule.task, m.cfg, m.built.lit, m.final))
-    except KeyboardInterrupt:  # a second Ctrl-C: each member's last validation's checkpoint stands
+            end(k, completed(m.built.model, m.built.datamodule.task, m.cfg, m.built.lit, m.final), trainer.global_step)
+    except (Interrupted, KeyboardInterrupt, SystemExit) as err:  # Lightning turns a KeyboardInterrupt into exit(1)
         for k in list(live):
-            end(k, {"status": "interrupted", "checkpoint_step": train._last_checkpoint_step(live[k].run_dir),
-                    "final": dict(live[k].final)})
+            step = err.step if isinstance(err, Interrupted) else last_checkpoint_step(live[k].run_dir)
+            end(k, {"status": "interrupted", "checkpoint_step": step, "final": dict(live[k].final)},
+                trainer.global_step)
     except Exception as err:  # every member still training fails with it; the sweep goes on
         log.exception("pack failed")
         for k in list(live):
-            end(k, {"status": "failed", "error": f"{type(err).__name__}: {err}"})
+            end(k, {"status": "failed", "error": f"{type(err).__name__}: {err}"}, trainer.global_step)
     finally:
         for m in members:
             m.claim.close()

@@ -144,7 +144,11 @@ def interrupted_lines(resume: str) -> list[str]:
     names = _jobs(launch).get("names") or [notes[k]["job"] for k in sorted(notes)]
     finished, interrupted, unstarted = [], [], []
     for num, job in enumerate(names):
-        summary = runs.read_summary(launch.parent.parent / job) or {}
+        job = notes.get(num, {}).get("job", job)  # the folder itself where the job noted it (hydra.sweep.subdir)
+        try:
+            summary = runs.read_summary(launch.parent.parent / job) or {}
+        except OSError:  # a name worked out as Hydra's default subdir, too long for a folder: no summary to read
+            summary = {}
         outcome = notes.get(num, {}).get("outcome")
         if outcome in ("completed", "skipped", "failed", "diverged"):
             finished.append(job)

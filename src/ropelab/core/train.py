@@ -186,13 +186,3 @@ def entry() -> None:
         print("\n".join(lines or ["interrupted before training started: nothing to resume"]), flush=True)
         sys.exit(sweep_summary.INTERRUPTED_EXIT)
 
-
-# what ropelab.core.packed_launcher calls by these names (with config_text, start_summary, completed, diverged,
-# close_run above): helper "step" is rewriting it; once it imports ropelab.core.bookkeeping and machine, these go
-record_plan, _decide, _last_checkpoint_step = bookkeeping.record_plan, decide, bookkeeping.last_checkpoint_step
-
-
-def _threads(cfg: DictConfig) -> int:
-    from ropelab.core.machine import threads
-
-    return threads(cfg.trainer.threads)
