@@ -119,14 +119,14 @@ def markdown(result: dict) -> str:
         f"`{s['runs']}/`, git-ignored):", "", "```"]
     for name, arm in result["arms"].items():
         lines.append(f"python train.py {' '.join(arm['overrides'])}")
-    # the swap table by hand: its blank corner is "| |" in the committed report, and tabulate writes a blank "|  |"
     lines += ["```", "", "## The swap (Δ = 0)", "",
               f"Pretrained model on the fine-tuning validation set ({sw['val_examples']} windows) and the first "
-              "fine-tuning batch, before and after `spectralize`:", "",
-              "| | before | after |", "|---|---:|---:|",
-              f"| val loss (nats/char) | {sw['val_loss_before']:.6f} | {sw['val_loss_after']:.6f} |",
-              f"| first-batch loss | {sw['first_batch_loss_before']:.6f} | {sw['first_batch_loss_after']:.6f} |", "",
-              f"Max |Δ logits| = {sw['max_abs_logit_diff']:.3g} (bit-identical: {sw['bit_identical']}). "]
+              "fine-tuning batch, before and after `spectralize`:", ""]
+    lines += pipe_table(["", "before", "after"],
+                        [["val loss (nats/char)", f"{sw['val_loss_before']:.6f}", f"{sw['val_loss_after']:.6f}"],
+                         ["first-batch loss", f"{sw['first_batch_loss_before']:.6f}",
+                          f"{sw['first_batch_loss_after']:.6f}"]], "lrr")
+    lines += ["", f"Max |Δ logits| = {sw['max_abs_logit_diff']:.3g} (bit-identical: {sw['bit_identical']}). "]
     hf = sw.get("hf", {})
     if "skipped" in hf:
         lines[-1] += f"Hugging Face check skipped: {hf['skipped']}."
@@ -141,17 +141,18 @@ def markdown(result: dict) -> str:
                  else " — **NOT equal to the control's**."), "",
               "## After the swap", "", "![curves, Ω drift, Φ](surgery.png)", ""]
     v0 = sw["val_loss_after"]
+    pf = result["pretrain"]["final"]
     lines += pipe_table(["arm", "trainable params", "first-batch loss (at the swap)", "val loss at the swap",
                          "val loss at the end", "change", "bits/char", "test loss",
                          f"OOD loss (window {s['ood_window']})"],
-                        [[ARMS[name][1], f"{a['trainable_params']:,}", f"{a['first_loss']:.4f}", f"{v0:.4f}",
-                          f"{a['final']['val/loss']:.4f}", f"{a['final']['val/loss'] - v0:+.4f}",
-                          f"{a['final']['val/loss'] * bits:.3f}", f"{a['final']['test/loss']:.4f}",
-                          f"{a['final']['ood/loss']:.4f}"] for name, a in result["arms"].items()], "l" + "r" * 8)
-    pf = result["pretrain"]["final"]
-    # by hand: its blank cells are "| |" in the committed report, and tabulate writes a blank cell "|  |"
-    lines += [f"| (pretrained model on its own val set, seed 0) | | | | {pf['val/loss']:.4f} | | {pf['val/loss'] * bits:.3f} | "
-              f"{pf['test/loss']:.4f} | {pf['ood/loss']:.4f} |", "",
+                        [*([ARMS[name][1], f"{a['trainable_params']:,}", f"{a['first_loss']:.4f}", f"{v0:.4f}",
+                            f"{a['final']['val/loss']:.4f}", f"{a['final']['val/loss'] - v0:+.4f}",
+                            f"{a['final']['val/loss'] * bits:.3f}", f"{a['final']['test/loss']:.4f}",
+                            f"{a['final']['ood/loss']:.4f}"] for name, a in result["arms"].items()),
+                         ["(pretrained model on its own val set, seed 0)", "", "", "", f"{pf['val/loss']:.4f}", "",
+                          f"{pf['val/loss'] * bits:.3f}", f"{pf['test/loss']:.4f}", f"{pf['ood/loss']:.4f}"]],
+                        "l" + "r" * 8)
+    lines += ["",
               "The val set of the fine-tuning arms (seed 1) is not the pretraining run's (seed 0); \"val loss at the "
               "swap\" is the pretrained model's on the arms' val set. Restarting the learning rate (warm-up to "
               f"{s['finetune_lr']}) first costs the arms that train the weights some loss (val step 23 below), which "
