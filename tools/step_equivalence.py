@@ -118,6 +118,8 @@ def _same_files(left: Path, right: Path, roots: tuple[Path, Path]) -> bool:
 
 
 def compare(a: Path, b: Path) -> int:
+    from ropelab.analysis.report.tables import pipe_table
+
     rows, differ = [], 0
     jobs = sorted({p.parent.relative_to(a) for name in ("metrics.csv", "summary.json") for p in a.rglob(name)})
     for rel in jobs:
@@ -129,11 +131,11 @@ def compare(a: Path, b: Path) -> int:
         same_files = (b / rel).is_dir() and _same_files(a / rel, b / rel, (a, b))
         differ += not (same and same_summary and same_files)
         word = {True: "identical", False: "DIFFERS"}
-        rows.append(f"| {rel} | {rows_of} | {word[same]} | {word[same_summary]} | {word[same_files]} |")
+        rows.append([rel, rows_of, word[same], word[same_summary], word[same_files]])
     missing = sorted(str(p.parent.relative_to(b)) for name in ("metrics.csv", "summary.json") for p in b.rglob(name)
                      if not (a / p.relative_to(b)).is_file())
-    print("| job | rows | metrics.csv | summary.json | files, checkpoints, trace |\n|---|---|---|---|---|\n"
-          + "\n".join(rows))
+    print("\n".join(pipe_table(["job", "rows", "metrics.csv", "summary.json", "files, checkpoints, trace"], rows,
+                               "lllll")))
     if missing:
         print("only in", b, ":", ", ".join(missing))
     print(f"{len(rows) - differ} of {len(rows)} identical")
