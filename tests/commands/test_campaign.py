@@ -160,3 +160,40 @@ def test_a_preset_expands_to_hydras_job_names_once_per_variant():
     c.claim_groups(options)
     warmup = [j for j in options if "claim Momentum:options_warmup" in j.groups]
     assert len(warmup) == 6   # γ 2 with and without the warm-up, 3 seeds (this task's part)
+
+
+STAND_IN = """
+import pathlib, sys
+args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+out = pathlib.Path(args["hydra.run.dir"])
+out.mkdir(parents=True, exist_ok=True)
+(out / "metrics.csv").write_text(f"step,precision,value\\n1,{args.get('trainer.precision', 'auto')},VALUE\\n")
+"""
+
+
+def test_equivalence_retrains_at_the_records_precision_and_tells_a_changed_computation(repo, monkeypatch):
+    def commit_code(value: str) -> str:
+        (repo / "train.py").write_text(STAND_IN.replace("VALUE", value))
+        git(repo, "add", "train.py")
+        git(repo, "commit", "-q", "-m", f"code {value}")
+        return git(repo, "rev-parse", "HEAD")
+
+    first = commit_code("0.5")
+    (repo / "README.md").write_text("y\n")
+    git(repo, "commit", "-qam", "docs only")
+    same = git(repo, "rev-parse", "HEAD")
+    changed = commit_code("0.6")
+    record = repo / "results" / "fake" / "g=a,seed=0"
+    record.mkdir(parents=True)
+    (record / "summary.json").write_text(json.dumps({"status": "completed", "precision": "bf16-mixed"}))
+    monkeypatch.setattr(c, "declared", lambda tables: jobs_of({"a": [0]}))
+    lines: list[str] = []
+    assert c.equivalence(repo, [first, same], "fake", 1, c.BRANCH, "main", log=lines.append) == 0
+    check = json.loads((repo / "results" / "equivalence" / f"{first[:7]}_{same[:7]}" / "summary.json").read_text())
+    assert check["match"] is True and check["jobs"][0]["precision"] == "bf16-mixed"
+    retrained = repo / "runs" / "campaign" / f"equivalence-{same[:12]}" / "runs" / "campaign" / "equivalence" / "job0"
+    assert ",bf16-mixed," in (retrained / "metrics.csv").read_text()   # the records' precision, not this machine's
+    assert f"results/equivalence/{first[:7]}_{same[:7]}/summary.json" in git(repo, "ls-tree", "-r", "--name-only",
+                                                                           c.BRANCH)
+    assert c.equivalence(repo, [first, changed], "fake", 1, c.BRANCH, "main", log=lines.append) == 1
+    assert "NOT the same" in lines[-1]
