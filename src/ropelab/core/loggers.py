@@ -16,7 +16,24 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 
 
-class RunCSVLogger(Logger):
+class _FolderLogger(Logger):
+    """A logger whose files sit in the run folder: no name or version folder of its own, and no hyperparameters
+    to log (the run folder has config.yaml already)."""
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    @rank_zero_only
+    def log_hyperparams(self, params=None, *args, **kwargs) -> None:
+        pass
+
+
+class RunCSVLogger(_FolderLogger):
     """``save_dir/metrics.csv``: one row per logged step, the columns sorted by name, blank where a step has no value.
 
     Rows are buffered and appended every ``flush_logs_every_n_steps`` steps and at each ``save`` (after every
@@ -32,24 +49,12 @@ class RunCSVLogger(Logger):
         self.pending: list[dict[str, Any]] = []
 
     @property
-    def name(self) -> str:
-        return ""
-
-    @property
-    def version(self) -> str:
-        return ""
-
-    @property
     def save_dir(self) -> str:
         return self._save_dir
 
     @property
     def log_dir(self) -> str:
         return self._save_dir
-
-    @rank_zero_only
-    def log_hyperparams(self, params=None, *args, **kwargs) -> None:  # the run folder has config.yaml already
-        pass
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
@@ -80,7 +85,7 @@ class RunCSVLogger(Logger):
         self.save()
 
 
-class MemberLoggers(Logger):
+class MemberLoggers(_FolderLogger):
     """A pack's loggers (``ropelab.core.packed.PackLM``): what it logs as ``<k>/<metric>`` goes to member ``k``'s
     own loggers as ``<metric>``, with what every member shares (``epoch``); ``final[k]`` keeps each metric's last
     value (a member's summary). A member ``drop``ped (its run ended) is sent nothing more."""
@@ -89,20 +94,8 @@ class MemberLoggers(Logger):
         super().__init__()
         self.members, self.final = dict(enumerate(members)), final
 
-    @property
-    def name(self) -> str:
-        return ""
-
-    @property
-    def version(self) -> str:
-        return ""
-
     def drop(self, k: int) -> None:
         self.members.pop(k, None)
-
-    @rank_zero_only
-    def log_hyperparams(self, params=None, *args, **kwargs) -> None:
-        pass
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
