@@ -59,9 +59,9 @@ claims: $(STAMP) ## every paper claim decided from the records, README's claims 
 # other commands: ropelab card baselines | plan | cost (ropelab card --help).
 POS   ?=
 TASKS ?=
-card: $(STAMP) ## one scheme's benchmark card: make card POS=<scheme> [TASKS=a,b] [ARGS="pos.<option>=…"] [LAUNCHER=joblib]
-	@test -n "$(POS)" || { echo "usage: make card POS=<scheme> [TASKS=a,b] [ARGS=\"pos.<option>=…\"] (schemes: $$(ls conf/pos | sed 's/\.yaml$$//' | tr '\n' ' ')); ropelab card baselines|plan|cost" >&2; exit 2; }
-	$(ROPELAB) card score $(POS) --tasks "$(TASKS)" --args "$(ARGS) $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER))"
+card: $(STAMP) ## one scheme's benchmark card: make card POS=<scheme> [TIER=quick | TASKS=a,b] [ARGS="pos.<option>=…"] [LAUNCHER=joblib]
+	@test -n "$(POS)" || { echo "usage: make card POS=<scheme> [TIER=quick | TASKS=a,b] [ARGS=\"pos.<option>=…\"] (schemes: $$(ls conf/pos | sed 's/\.yaml$$//' | tr '\n' ' ')); ropelab card baselines|plan|cost" >&2; exit 2; }
+	$(ROPELAB) card score $(POS) --tasks "$(TASKS)" $(if $(TIER),--tier $(TIER)) --args "$(ARGS) $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER))"
 
 # The `hf` extra (transformers) goes into $(VENV)/hf, beside the venv and seen only by the bench, the GPU check and
 # surgery: inside the venv, torchmetrics would import transformers with every `import lightning` (+2.7 s start-up).
