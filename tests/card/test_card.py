@@ -137,6 +137,13 @@ def test_a_card_refuses_records_of_two_commits_no_equivalence_record_joins(suite
     text = card_report.write_card(suite, suite.select(None), records, "pope", {}, [], records, out).read_text()
     # the one rule (ropelab.core.identity.pairable): no committed equivalence record joins the two commits
     assert "not one computation: pairs records of 2 code versions: abc1234 (5 runs), def5678 (1 runs)" in text
+    assert "--equivalence" not in text   # the card's pope records themselves span two commits: no one command joins
+    for path in (records / "code_lm").glob("pos=pope,*/summary.json"):
+        saved = json.loads(path.read_text())
+        saved["machine"]["commit"] = "def5678"
+        path.write_text(json.dumps(saved))
+    text = card_report.write_card(suite, suite.select(None), records, "pope", {}, [], records, out).read_text()
+    assert "`ropelab campaign --equivalence abc1234 def5678 --jobs-from card` checks" in text
 
 
 def test_a_card_of_a_recorded_scheme_trains_nothing_and_reads_its_records(suite, records, capsys):

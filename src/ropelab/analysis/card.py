@@ -239,10 +239,17 @@ def missing_baselines(spec: TaskSpec, cols: dict[str, Column], seeds: list[int])
 def computation(mine: Column, rope: Column, results: Path) -> str:
     """Why the two columns are not one computation (``ropelab.core.identity.pairable``: commits and machine kinds
     joined only by committed checks), else ""."""
-    from ropelab.core.identity import pairable
+    from ropelab.core.identity import commit_of, pairable
 
     ok, reason = pairable([r.summary for r in [*mine.records, *rope.records]])
-    return "" if ok else f"not one computation: {reason}"
+    if ok:
+        return ""
+    theirs = sorted({commit_of(r.summary) for r in rope.records})
+    ours = sorted({commit_of(r.summary) for r in mine.records})
+    join = (f"; `ropelab campaign --equivalence {theirs[0]} {ours[0]} --jobs-from card` checks whether the "
+            "baselines' commit and the card's compute the same") if "code versions" in reason and len(theirs) == 1 \
+        and len(ours) == 1 and theirs != ours else ""
+    return f"not one computation: {reason}{join}"
 
 
 def task_card(suite: Suite, spec: TaskSpec, results: Path, scheme: str, options: dict[str, str],
