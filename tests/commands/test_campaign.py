@@ -197,3 +197,34 @@ def test_equivalence_retrains_at_the_records_precision_and_tells_a_changed_compu
                                                                            c.BRANCH)
     assert c.equivalence(repo, [first, changed], "fake", 1, c.BRANCH, "main", log=lines.append) == 1
     assert "NOT the same" in lines[-1]
+
+
+def _summary(flag: str, commit: str, precision: str = "32-true") -> dict:
+    return {"status": "completed", "precision": precision,
+            "machine": {"cpu": {"model": "AMD EPYC", "flags": [flag]}, "torch": "2.13.0+cpu", "commit": commit}}
+
+
+def test_a_group_whose_records_this_machine_would_not_pair_with_is_held_and_not_trained(tmp_path):
+    here = _summary("avx2", "")["machine"]
+    jobs = jobs_of({"claim other-kind": [0, 1], "claim other-commit": [0, 1], "claim joined": [0, 1],
+                    "claim bf16": [0, 1], "claim new": [0]})
+    for job in jobs:
+        job.values["trainer.precision"] = "32-true"   # as configured on every machine
+    recorded = {"fake/g=claim other-kind,seed=0": _summary("avx512_bf16", "aaaaaaa"),
+                "fake/g=claim other-commit,seed=0": _summary("avx2", "bbbbbbb"),
+                "fake/g=claim joined,seed=0": _summary("avx2", "ccccccc"),
+                "fake/g=claim bf16,seed=0": _summary("avx2", "aaaaaaa", "bf16-mixed")}
+    results = tmp_path / "results"
+    check = results / "equivalence" / "ccccccc_aaaaaaa"
+    check.mkdir(parents=True)
+    (check / "summary.json").write_text(json.dumps({"status": "completed", "commits": ["ccccccc", "aaaaaaa"],
+                                                    "match": True}))
+    done = set(recorded)
+    kept = c.held(jobs, done, recorded, "aaaaaaa" + "0" * 33, results, here=here)
+    assert sorted(kept) == ["claim bf16", "claim other-commit", "claim other-kind"]
+    assert "ran on AMD EPYC [avx512_bf16]" in kept["claim other-kind"] and "--kind-check" in kept["claim other-kind"]
+    assert "--equivalence bbbbbbb aaaaaaa" in kept["claim other-commit"]
+    assert "ran at bf16-mixed" in kept["claim bf16"] and "32-true" in kept["claim bf16"]
+    plan = c.order(jobs, done, kept)
+    assert sorted(j.name for _, left, _ in plan for j in left) == ["g=claim joined,seed=1", "g=claim new,seed=0"]
+    assert "held here" in c.plan_text(plan, kept) and "claim other-kind: its 1 records" in c.plan_text(plan, kept)

@@ -182,7 +182,7 @@ def _checks(results: Path, folder: str) -> list[dict]:
     return out
 
 
-def _joined(items: list[str], links: list[tuple[str, str]]) -> bool:
+def joined(items: list[str], links: list[tuple[str, str]]) -> bool:
     """Every item reachable from the first through ``links`` (pairs shown to be the same computation)."""
     seen, todo = {items[0]}, [items[0]]
     while todo:
@@ -222,7 +222,7 @@ def pairable(records: Iterable[Any], results: Path | None = None, declared: Iter
     if len(commits) > 1:
         if "commits" in declared:
             said.append(f"{len(commits)} commits, declared equivalent")
-        elif not _joined(commits, equivalent_commits(results)):
+        elif not joined(commits, equivalent_commits(results)):
             counts = ", ".join(f"{c} ({sum(commit_of(s) == c for s in summaries)} runs)" for c in commits)
             return False, (f"pairs records of {len(commits)} code versions: {counts}; rerun at one commit, or "
                            "declare them equivalent and why")
@@ -232,7 +232,7 @@ def pairable(records: Iterable[Any], results: Path | None = None, declared: Iter
         bounds = bounded_kinds(results)
         if "cpus" in declared:
             said.append(f"{len(kinds)} machine kinds, declared equivalent")
-        elif not _joined(kinds, [(a, b) for a, b, _ in bounds]):
+        elif not joined(kinds, [(a, b) for a, b, _ in bounds]):
             counts = ", ".join(f"{k} ({sum(kind_of(s) == k for s in summaries)} runs)" for k in kinds)
             return False, (f"pairs records of {len(kinds)} CPU kinds: {', '.join(kinds)}; rerun on one, or declare "
                            "them equivalent and why")

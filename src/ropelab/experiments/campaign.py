@@ -15,7 +15,9 @@ records branch (``--branch``). The job's folder name is Hydra's (the sorted over
 ``ropelab.core.identity.job_name_excludes``), its overrides ``ropelab.core.bookkeeping.sweep_jobs``'. Work is ordered so
 that verdicts complete soonest: one group (a claim, a card row, else a preset's grid) whole before the next, the
 cheapest group first; cost is each job's steps × the median seconds per step of committed records of the same
-setting (a busy host's slow job moves a median little).
+setting (a busy host's slow job moves a median little). A group whose records the jobs trained here would not be
+one computation with (another CPU kind, a commit no equivalence record joins, another resolved precision: ``held``)
+is held back, with the reason in the plan: it completes where its records ran.
 
 Records are committed on their own branch (default ``campaign-records``) without touching any index or work tree
 of the repository: the files are hashed into the object store, a tree is built in a temporary index
@@ -339,12 +341,64 @@ def _unseeded(name: str) -> str:
     return ",".join(p for p in name.split(",") if not p.startswith("seed="))
 
 
-def order(jobs: list[Job], done: set[str]) -> list[tuple[str, list[Job], float]]:
+def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str, results: Path,
+         here: dict | None = None) -> dict[str, str]:
+    """group → why its jobs, trained on this machine at ``commit``, would not be one computation with its records
+    (``ropelab.core.identity``'s rule): they ran on a CPU kind no committed kind check joins to this one, at commits
+    no equivalence record joins to ``commit``, or at a precision this machine's ``auto`` does not resolve to (its
+    jobs would be trials, never recorded). Such a group completes where its records ran."""
+    from ropelab.core import machine
+
+    here = machine.describe() if here is None else here
+    kind, pinned = identity.kind_of({"machine": here}), commit[:7]
+    members: dict[str, list[Job]] = {}
+    for job in jobs:
+        for group in job.groups:
+            members.setdefault(group, []).append(job)
+    out = {}
+    for group, its in members.items():
+        left = [j for j in its if j.key not in done]
+        # a preset's grid is compared across its table (its report), a claim's or a card row's within the group
+        compared = [j for j in jobs if j.table == its[0].table] if group.startswith("table ") else its
+        records = [recorded[j.key] for j in compared if j.key in done and j.key in recorded]
+        if not records or not left:
+            continue
+        table = its[0].table.split("/")[0]
+        kinds = sorted({identity.kind_of(s) for s in records} | {kind})
+        commits = sorted({identity.commit_of(s) for s in records} | {pinned})
+        precisions = sorted({str(s.get("precision")) for s in records})
+        if not identity.joined(kinds, [(a, b) for a, b, _ in identity.bounded_kinds(results)]):
+            out[group] = (f"its {len(records)} records ran on {', '.join(k for k in kinds if k != kind)}; this machine "
+                          f"is {kind}: finish it there, or bound the kinds here (`ropelab reproduce {table} --kind-check`, "
+                          "committed)")
+        elif not identity.joined(commits, identity.equivalent_commits(results)):
+            theirs = [c for c in commits if c != pinned]
+            out[group] = (f"its records ran at {', '.join(theirs)}, not joined to {pinned} by an equivalence record: "
+                          f"pin --commit {theirs[0]}, or commit `ropelab campaign --equivalence {theirs[0]} {pinned} "
+                          f"--jobs-from {table}`")
+        elif mine := sorted({_resolved_precision(j) for j in left} - set(precisions)):
+            out[group] = (f"its records ran at {', '.join(precisions)}; here trainer.precision resolves to "
+                          f"{', '.join(mine)}: its jobs would be trials")
+    return out
+
+
+def _resolved_precision(job: Job) -> str:
+    from ropelab.core import machine
+
+    try:
+        return machine.choose(str(job.values.get("trainer.accelerator", "auto")),
+                              str(job.values.get("trainer.precision", "auto")))[1]
+    except ConfigError as err:
+        return str(err)
+
+
+def order(jobs: list[Job], done: set[str], held: Iterable[str] = ()) -> list[tuple[str, list[Job], float]]:
     """(group, its jobs left, their CPU-seconds), the cheapest group first; a job in several groups runs with the
-    first of them to come."""
+    first of them to come; a job of a ``held`` group does not run."""
+    held = set(held)
     groups: dict[str, list[Job]] = {}
     for job in jobs:
-        if job.key not in done:
+        if job.key not in done and not held.intersection(job.groups):
             for group in job.groups:
                 groups.setdefault(group, []).append(job)
     ranked = sorted(groups.items(), key=lambda kv: (sum(j.cost for j in kv[1]), kv[0]))
@@ -358,12 +412,15 @@ def order(jobs: list[Job], done: set[str]) -> list[tuple[str, list[Job], float]]
     return out
 
 
-def plan_text(plan: list[tuple[str, list[Job], float]]) -> str:
+def plan_text(plan: list[tuple[str, list[Job], float]], held: dict[str, str] | None = None) -> str:
     lines = [f"{'group':58} {'jobs':>5} {'CPU-h':>7}"]
     for group, left, seconds in plan:
         lines.append(f"{group[:58]:58} {len(left):5d} {seconds / 3600:7.2f}")
     total = sum(len(left) for _, left, _ in plan)
     lines.append(f"{'total':58} {total:5d} {sum(s for *_, s in plan) / 3600:7.2f}")
+    if held:
+        lines.append(f"held here, not one computation with their records ({len(held)} groups):")
+        lines += [f"  {group}: {why}" for group, why in sorted(held.items())]
     return "\n".join(lines)
 
 
@@ -561,12 +618,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.jobs < 1:
             raise ConfigError(f"--jobs {args.jobs}: at least 1")
         check_tables(tables)
-        commit = None if args.plan else pin(repo, args.commit, args.main)
-        tree = worktree(repo, args.worktree, commit) if commit else None
+        commit = pin(repo, args.commit, args.main)
+        tree = None if args.plan else worktree(repo, args.worktree, commit)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if commit and not git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{args.branch}", check=False):
+    if tree and not git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{args.branch}", check=False):
         if remote := git(repo, "rev-parse", "--verify", "-q", f"refs/remotes/origin/{args.branch}", check=False):
             git(repo, "update-ref", f"refs/heads/{args.branch}", remote)   # resuming another machine's campaign
     jobs = declared(tables)
@@ -576,8 +633,9 @@ def main(argv: list[str] | None = None) -> int:
     if tree is not None:
         salvage(jobs, done, repo, tree, args.branch, commit)
     estimate(jobs, recorded)
-    plan = order(jobs, done)
-    print(plan_text(plan), flush=True)
+    kept_back = held(jobs, done, recorded, commit, repo / "results")
+    plan = order(jobs, done, kept_back)
+    print(plan_text(plan, kept_back), flush=True)
     if args.plan:
         return 0
     return run(jobs, plan, repo, tree, args.branch, commit, args.jobs, args.overrides,

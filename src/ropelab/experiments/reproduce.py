@@ -318,7 +318,7 @@ def kind_check(table: Path, chosen: list[Path], out: Path, results: Path = RESUL
         raise ConfigError(f"--kind-check needs records of one other kind: these ran on {', '.join(kinds)}, this "
                           f"machine is {here_kind}")
     links = identity.equivalent_commits(results)
-    if not identity._joined([here_commit, *commits], links):
+    if not identity.joined([here_commit, *commits], links):
         raise ConfigError(f"--kind-check: the records ran at {', '.join(commits)}, this code is {here_commit}, and "
                           f"no equivalence record joins them: run it from a worktree at {commits[0]}, or first "
                           f"`python -m ropelab.experiments.campaign --equivalence {commits[0]} {here_commit} "
