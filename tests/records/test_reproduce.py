@@ -114,7 +114,37 @@ def test_two_commits_pair_only_through_a_committed_equivalence_record(tmp_path):
     assert not identity.pairable([a, b], tmp_path)[0]   # retrained, and they differ: still two computations
     (folder / "summary.json").write_text(json.dumps({"status": "completed", "commits": ["a" * 40, "b" * 40],
                                                      "match": True}))
-    assert identity.pairable([a, b], tmp_path) == (True, "2 commits shown equivalent (results/equivalence/)")
+    assert identity.pairable([a, b], tmp_path) == (True, "2 commits shown equivalent (the same code, or "
+                                                         "results/equivalence/)")
+
+
+def test_two_commits_whose_code_is_identical_in_git_pair_and_a_code_change_does_not(tmp_path):
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+
+    def commit(path: str, text: str) -> str:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+        git("add", path)
+        git("commit", "-q", "-m", path)
+        return git("rev-parse", "HEAD")
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    for path in identity.CODE:
+        commit(path if "." in path else f"{path}/x.py", "1\n")
+    first = git("rev-parse", "HEAD")
+    records = commit("results/t/job/summary.json", "{}")       # records and a README change no code
+    readme = commit("README.md", "numbers\n")
+    changed = commit("tasks/x.py", "2\n")
+    run = lambda c: {"machine": {"commit": c, "cpu": {"model": "X", "flags": []}, "torch": "2"}}  # noqa: E731
+    results = tmp_path / "results"
+    assert identity.pairable([run(first), run(records), run(readme)], results)[0]
+    ok, reason = identity.pairable([run(first), run(changed)], results)
+    assert not ok and "2 code versions" in reason
 
 
 def test_tables_listed_are_those_with_records_and_a_card_task_folder_is_read_one_level_deeper(tmp_path, monkeypatch):

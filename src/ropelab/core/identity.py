@@ -13,7 +13,9 @@ whose records disagree is *mixed* (``table``, ``describe``).
 
 from __future__ import annotations
 
+import functools
 import json
+import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -201,6 +203,29 @@ def equivalent_commits(results: Path) -> list[tuple[str, str]]:
             if c.get("match") is True and len(c.get("commits") or []) == 2]
 
 
+# what a run computes with: two commits whose files here are identical in git run the same code (a commit that
+# adds records or rewrites a README changes none of them)
+CODE = ("train.py", "src", "tasks", "conf", "pyproject.toml")
+
+
+@functools.cache
+def code_of(commit: str, repo: Path) -> str | None:
+    """The git object ids of ``CODE`` at ``commit`` in ``repo``; None where git does not know the commit."""
+    done = subprocess.run(["git", "rev-parse", *(f"{commit}:{path}" for path in CODE)],
+                          cwd=repo, capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else None
+
+
+def commit_links(commits: Iterable[str], results: Path) -> list[tuple[str, str]]:
+    """Pairs of commits that are one computation: joined by an equivalence record under ``results``, or running
+    the same code (``CODE`` identical in the git repository that holds ``results``)."""
+    commits = sorted(set(commits))
+    repo = Path(results).resolve().parent
+    code = {c: code_of(c, repo) for c in commits} if (repo / ".git").exists() else {}
+    return [*equivalent_commits(results),
+            *((a, b) for i, a in enumerate(commits) for b in commits[i + 1:] if code.get(a) and code.get(a) == code.get(b))]
+
+
 def bounded_kinds(results: Path) -> list[tuple[str, str, str]]:
     """(kind, kind, what the check says the kind moves) for each committed kind check that bounds the effect."""
     return [(c["kinds"][0], c["kinds"][1], c.get("says", "")) for c in _checks(results, KIND_CHECK)
@@ -222,12 +247,12 @@ def pairable(records: Iterable[Any], results: Path | None = None, declared: Iter
     if len(commits) > 1:
         if "commits" in declared:
             said.append(f"{len(commits)} commits, declared equivalent")
-        elif not joined(commits, equivalent_commits(results)):
+        elif not joined(commits, commit_links(commits, results)):
             counts = ", ".join(f"{c} ({sum(commit_of(s) == c for s in summaries)} runs)" for c in commits)
             return False, (f"pairs records of {len(commits)} code versions: {counts}; rerun at one commit, or "
                            "declare them equivalent and why")
         else:
-            said.append(f"{len(commits)} commits shown equivalent (results/{EQUIVALENCE}/)")
+            said.append(f"{len(commits)} commits shown equivalent (the same code, or results/{EQUIVALENCE}/)")
     if len(kinds) > 1:
         bounds = bounded_kinds(results)
         if "cpus" in declared:

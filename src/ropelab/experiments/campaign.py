@@ -371,9 +371,9 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
             out[group] = (f"its {len(records)} records ran on {', '.join(k for k in kinds if k != kind)}; this machine "
                           f"is {kind}: finish it there, or bound the kinds here (`ropelab reproduce {table} --kind-check`, "
                           "committed)")
-        elif not identity.joined(commits, identity.equivalent_commits(results)):
+        elif not identity.joined(commits, identity.commit_links(commits, results)):
             theirs = [c for c in commits if c != pinned]
-            out[group] = (f"its records ran at {', '.join(theirs)}, not joined to {pinned} by an equivalence record: "
+            out[group] = (f"its records ran at {', '.join(theirs)}, not the same code as {pinned} nor joined to it by an equivalence record: "
                           f"pin --commit {theirs[0]}, or commit `ropelab campaign --equivalence {theirs[0]} {pinned} "
                           f"--jobs-from {table}`")
         elif mine := sorted({_resolved_precision(j) for j in left} - set(precisions)):

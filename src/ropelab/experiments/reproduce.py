@@ -317,7 +317,7 @@ def kind_check(table: Path, chosen: list[Path], out: Path, results: Path = RESUL
     if len(kinds) != 1 or kinds[0] == here_kind:
         raise ConfigError(f"--kind-check needs records of one other kind: these ran on {', '.join(kinds)}, this "
                           f"machine is {here_kind}")
-    links = identity.equivalent_commits(results)
+    links = identity.commit_links([here_commit, *commits], results)
     if not identity.joined([here_commit, *commits], links):
         raise ConfigError(f"--kind-check: the records ran at {', '.join(commits)}, this code is {here_commit}, and "
                           f"no equivalence record joins them: run it from a worktree at {commits[0]}, or first "
