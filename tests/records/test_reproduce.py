@@ -91,8 +91,8 @@ def test_the_kind_check_bounds_what_the_kind_moves_and_the_rule_reads_it(table, 
     acc = check["metrics"]["val/acc"]
     assert acc["n"] == 3 and -100 <= acc["low"] <= acc["mean_diff"] <= acc["high"] <= 100
     assert acc["moves_at_most"] == pytest.approx(max(abs(acc["low"]), abs(acc["high"])), abs=1e-3)
-    here = {"machine": {**json.loads((table / "pos=rope,seed=0" / "summary.json").read_text())["machine"],
-                        "cpu": {"model": "Here", "flags": ["avx2"]}}}
+    made = json.loads((table / "pos=rope,seed=0" / "summary.json").read_text())
+    here = {**made, "machine": {**made["machine"], "cpu": {"model": "Here", "flags": ["avx2"]}}}
     here["machine"]["torch"] = check["kinds"][1].rsplit(" torch ", 1)[1]
     here["machine"]["cpu"] = {"model": check["kinds"][1].split(" [")[0], "flags": ["avx2"]}
     other = json.loads((table / "pos=rope,seed=1" / "summary.json").read_text())
@@ -261,3 +261,18 @@ def test_grad_norm_logged_before_it_was_the_clippings_is_set_aside_only_for_reco
     (record / "summary.json").write_text(json.dumps(summary))
     assert reproduce.main([str(table), "--out", str(tmp_path / "scratch")]) == 0
     assert "bit-identical (metrics.csv, 6 steps; train/grad_norm aside: 1 rows differ" in capsys.readouterr().out
+
+
+def test_records_whose_precision_resolved_differently_never_pair_whatever_joins_their_kinds(tmp_path):
+    bounded = tmp_path / identity.KIND_CHECK / "x"
+    bounded.mkdir(parents=True)
+    kinds = [identity.kind_of({"machine": {"cpu": {"model": "X", "flags": [f]}, "torch": "2"}})
+             for f in ("avx2", "avx512_bf16")]
+    (bounded / "summary.json").write_text(json.dumps({"status": "completed", "kinds": kinds, "bounded": True}))
+    fp32, bf16 = ({"precision": p, "threads": 1,
+                   "machine": {"commit": "a" * 40, "cpu": {"model": "X", "flags": [f]}, "torch": "2"}}
+                  for p, f in (("32-true", "avx2"), ("bf16-mixed", "avx512_bf16")))
+    assert identity.pairable([fp32, dict(fp32, machine=bf16["machine"])], tmp_path)[0]   # the kind check joins
+    ok, reason = identity.pairable([fp32, fp32, bf16], tmp_path)
+    assert not ok and reason == ("pairs records of settings that change what a run computes: "
+                                 "2 × trainer.precision=32-true; 1 × trainer.precision=bf16-mixed")

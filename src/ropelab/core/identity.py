@@ -264,6 +264,9 @@ def pairable(records: Iterable[Any], results: Path | None = None, declared: Iter
         else:
             said.append(f"{len(kinds)} machine kinds, their effect bounded: "
                         + "; ".join(s for a, b, s in bounds if a in kinds and b in kinds))
+    computations = Counter(_key(of_record(s)) for s in summaries)
+    if len(computations) > 1:   # what auto resolved to (bf16 on one kind, fp32 on another) no check joins
+        return False, f"pairs records of settings that change what a run computes: {describe(computations)[7:]}"
     return True, "; ".join(said) or "one commit, one machine kind"
 
 
