@@ -363,7 +363,8 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
         records = [recorded[j.key] for j in compared if j.key in done and j.key in recorded]
         if not records or not left:
             continue
-        table = its[0].table.split("/")[0]
+        table = its[0].table   # what reproduce reads; --jobs-from names the card's tables "card"
+        declared_as = CARD if table.startswith(f"{CARD}/") else table
         kinds = sorted({identity.kind_of(s) for s in records} | {kind})
         commits = sorted({identity.commit_of(s) for s in records} | {pinned})
         precisions = sorted({str(s.get("precision")) for s in records})
@@ -375,7 +376,7 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
             theirs = [c for c in commits if c != pinned]
             out[group] = (f"its records ran at {', '.join(theirs)}, not the same code as {pinned} nor joined to it by an equivalence record: "
                           f"pin --commit {theirs[0]}, or commit `ropelab campaign --equivalence {theirs[0]} {pinned} "
-                          f"--jobs-from {table}`")
+                          f"--jobs-from {declared_as}`")
         elif mine := sorted({_resolved_precision(j) for j in left} - set(precisions)):
             out[group] = (f"its records ran at {', '.join(precisions)}; here trainer.precision resolves to "
                           f"{', '.join(mine)}: its jobs would be trials")
