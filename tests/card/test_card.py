@@ -321,3 +321,14 @@ def test_card_readme_writes_the_baseline_table_heat_map_and_ranking(suite, recor
     assert card.main(["--suite", str(suite.path), "--results", str(records), "readme"]) == 0
     text = (records / "README.md").read_text()
     assert "![heat map](heatmap.png)" in text and "## Ranking" in text and (records / "heatmap.png").is_file()
+
+
+def test_a_card_over_baselines_of_another_cpu_kind_says_where_it_compares(suite, records, tmp_path):
+    for path in (records / "code_lm").glob("pos=rope,*/summary.json"):
+        saved = json.loads(path.read_text())
+        saved["machine"]["cpu"] = {"model": "Elsewhere", "flags": ["amx_bf16"]}
+        path.write_text(json.dumps(saved))
+    text = card_report.write_card(suite, suite.select(None), records, "pope", {}, [], records,
+                                  tmp_path / "c").read_text()
+    assert "pairs records of 2 CPU kinds" in text and "the baselines ran on Elsewhere [amx_bf16]" in text
+    assert "`ropelab reproduce card/code_lm --kind-check`" in text
