@@ -86,6 +86,17 @@ def test_seeds_that_chose_the_budget_are_flagged_and_missing_seeds_are_incomplet
     assert "seeds 0–2 (3 of 5 planned)" in d.conditions()
 
 
+def test_an_accuracy_at_its_ceiling_on_both_sides_says_nothing_without_a_declared_ceiling(tmp_path):
+    for s in range(3):
+        write_record(tmp_path, "t", "spectral", s, 1.0)
+        write_record(tmp_path, "t", "rope", s, 0.97 + 0.01 * s)
+    declare(tmp_path, PAIRED)
+    [d] = C.decide_all(tmp_path)
+    assert d.verdict.word == "says nothing" and "both sides at the ceiling" in C.render(d)
+    declare(tmp_path, {**PAIRED, "ceiling": 1.5})   # a declared ceiling replaces the accuracy's 100 %
+    assert C.decide_all(tmp_path)[0].verdict.word != "says nothing"
+
+
 def test_a_seed_outside_the_planned_ones_is_not_used(tmp_path):
     scheme_pair(tmp_path, seeds=(0, 1, 2, 3))
     declare(tmp_path, PAIRED)

@@ -542,7 +542,7 @@ def decide(claim: Claim, tables: dict[str, list[Record]], alpha: float = V.ALPHA
     margin = claim.get("margin")
     margin = float(margin) if margin is not None else (0.05 if floor_metric else 0.0)
     drop = claim.get("drop")
-    kwargs = dict(direction=direction, planned=len(planned), floor=floor, ceiling=claim.get("ceiling"),
+    kwargs = dict(direction=direction, planned=len(planned), floor=floor, ceiling=claim.get("ceiling", 1.0 if floor_metric else None),
                   margin=margin, learned=None if drop else claim.get("learned"), alpha=alpha)
 
     def side(records: list[Record]) -> float:
