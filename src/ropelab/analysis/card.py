@@ -209,7 +209,7 @@ def best_baseline(spec: TaskSpec, cols: dict[str, Column], exclude: str) -> Colu
 def refusal(mine: Column, rope: Column | None) -> str:
     """Why ``mine`` cannot be compared with rope: no records, or configs that differ beyond ``pos.``."""
     if rope is None or not rope.records:
-        return "no baseline records of rope on this task yet (make card-baselines): nothing compared"
+        return "no baseline records of rope on this task yet (ropelab campaign --tables card): nothing compared"
     if not mine.records:
         return f"no records of {mine.label} on this task: nothing compared"
     differ = card_records.differences(mine.records[0].config, rope.records[0].config,
