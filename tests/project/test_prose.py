@@ -21,7 +21,7 @@ VERDICT = re.compile(r"\b(?:not )?reproduced\b|\bno difference detected\b|\bsays
 GENERATED_BLOCK = re.compile(r"<!-- claims:(\w+) .*?<!-- /claims:\1 -->", re.DOTALL)
 VOCABULARY_BLOCK = re.compile(r"<!-- vocabulary.*?<!-- /vocabulary -->", re.DOTALL)
 # whole files a command writes (each checked below to be exactly what its command writes)
-GENERATED_FILES = {"results/surgery/README.md"}
+GENERATED_FILES = {"results/surgery/README.md", "results/card/README.md"}
 
 PROSE = sorted({ROOT / "README.md", *ROOT.glob("results/*/README.md"), *ROOT.glob("docs/*.md")})
 
@@ -92,5 +92,14 @@ def test_a_file_exempt_as_generated_is_what_its_command_writes():
     from ropelab.experiments.surgery.report import markdown
 
     surgery = ROOT / "results" / "surgery"
-    assert GENERATED_FILES == {"results/surgery/README.md"}
+    assert GENERATED_FILES == {"results/surgery/README.md", "results/card/README.md"}
     assert (surgery / "README.md").read_text() == markdown(json.loads((surgery / "surgery.json").read_text()))
+
+
+def test_the_card_readme_is_what_ropelab_card_readme_writes_from_the_committed_records(tmp_path):
+    from ropelab.analysis import card, card_suite
+
+    suite = card_suite.load(ROOT / "conf" / "card" / "suite.yaml")
+    records = ROOT / "results" / "card"
+    written = card.write_cross_table(suite, list(suite.tasks.values()), records, tmp_path, name="README.md")
+    assert written.read_text() == (records / "README.md").read_text(), "rerun `ropelab card readme` and commit it"
