@@ -145,6 +145,11 @@ def test_two_commits_whose_code_is_identical_in_git_pair_and_a_code_change_does_
     assert identity.pairable([run(first), run(records), run(readme)], results)[0]
     ok, reason = identity.pairable([run(first), run(changed)], results)
     assert not ok and "2 code versions" in reason
+    later = commit("README.md", "more numbers\n")   # the same code as `changed`, which a check joins to `first`
+    check = results / identity.EQUIVALENCE / "first_changed"
+    check.mkdir(parents=True)
+    (check / "summary.json").write_text(json.dumps({"status": "completed", "commits": [first, changed], "match": True}))
+    assert identity.pairable([run(first), run(later)], results)[0]
 
 
 def test_tables_listed_are_those_with_records_and_a_card_task_folder_is_read_one_level_deeper(tmp_path, monkeypatch):

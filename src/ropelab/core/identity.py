@@ -219,10 +219,11 @@ def code_of(commit: str, repo: Path) -> str | None:
 def commit_links(commits: Iterable[str], results: Path) -> list[tuple[str, str]]:
     """Pairs of commits that are one computation: joined by an equivalence record under ``results``, or running
     the same code (``CODE`` identical in the git repository that holds ``results``)."""
-    commits = sorted(set(commits))
+    checked = equivalent_commits(results)
+    commits = sorted(set(commits).union(*checked))   # a commit may share its code with one a check names
     repo = Path(results).resolve().parent
     code = {c: code_of(c, repo) for c in commits} if (repo / ".git").exists() else {}
-    return [*equivalent_commits(results),
+    return [*checked,
             *((a, b) for i, a in enumerate(commits) for b in commits[i + 1:] if code.get(a) and code.get(a) == code.get(b))]
 
 
