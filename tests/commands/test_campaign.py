@@ -207,9 +207,10 @@ def _summary(flag: str, commit: str, precision: str = "32-true") -> dict:
 def test_a_group_whose_records_this_machine_would_not_pair_with_is_held_and_not_trained(tmp_path):
     here = _summary("avx2", "")["machine"]
     jobs = jobs_of({"claim other-kind": [0, 1], "claim other-commit": [0, 1], "claim joined": [0, 1],
-                    "claim bf16": [0, 1], "claim new": [0]})
+                    "claim bf16": [0, 1], "claim new": [0], "claim gpu": [0]})
     for job in jobs:
         job.values["trainer.precision"] = "32-true"   # as configured on every machine
+    next(j for j in jobs if "gpu" in j.name).values["trainer.accelerator"] = "gpu"
     recorded = {"fake/g=claim other-kind,seed=0": _summary("avx512_bf16", "aaaaaaa"),
                 "fake/g=claim other-commit,seed=0": _summary("avx2", "bbbbbbb"),
                 "fake/g=claim joined,seed=0": _summary("avx2", "ccccccc"),
@@ -221,10 +222,12 @@ def test_a_group_whose_records_this_machine_would_not_pair_with_is_held_and_not_
                                                     "match": True}))
     done = set(recorded)
     kept = c.held(jobs, done, recorded, "aaaaaaa" + "0" * 33, results, here=here)
-    assert sorted(kept) == ["claim bf16", "claim other-commit", "claim other-kind"]
+    assert sorted(kept) == ["claim bf16", "claim gpu", "claim other-commit", "claim other-kind"]
+    assert kept["claim gpu"].startswith("its jobs cannot run here: trainer.accelerator=gpu but torch sees no CUDA")
     assert "ran on AMD EPYC [avx512_bf16]" in kept["claim other-kind"] and "--kind-check" in kept["claim other-kind"]
     assert "--equivalence bbbbbbb aaaaaaa" in kept["claim other-commit"]
-    assert "ran at bf16-mixed" in kept["claim bf16"] and "32-true" in kept["claim bf16"]
+    assert kept["claim bf16"] == ("its records ran at trainer.precision=bf16-mixed; here its jobs would run at "
+                                  "trainer.precision=32-true: they would be trials")
     plan = c.order(jobs, done, kept)
     assert sorted(j.name for _, left, _ in plan for j in left) == ["g=claim joined,seed=1", "g=claim new,seed=0"]
     assert "held here" in c.plan_text(plan, kept) and "claim other-kind: its 1 records" in c.plan_text(plan, kept)

@@ -96,26 +96,28 @@ def test_the_kind_check_bounds_what_the_kind_moves_and_the_rule_reads_it(table, 
     here["machine"]["torch"] = check["kinds"][1].rsplit(" torch ", 1)[1]
     here["machine"]["cpu"] = {"model": check["kinds"][1].split(" [")[0], "flags": ["avx2"]}
     other = json.loads((table / "pos=rope,seed=1" / "summary.json").read_text())
-    ok, reason = identity.pairable([other, here], results)
-    assert ok is check["bounded"] and ("moves by at most" in reason if ok else "2 CPU kinds" in reason)
-    assert identity.pairable([other, here], tmp_path / "elsewhere")[0] is False
+    pairing = identity.pairable([other, here], results)
+    assert pairing.ok is check["bounded"]
+    assert "moves by at most" in pairing.reason if pairing.ok else "2 CPU kinds" in pairing.reason
+    assert list(identity.pairable([other, here], tmp_path / "elsewhere").failed) == ["kinds"]
 
 
 def test_two_commits_pair_only_through_a_committed_equivalence_record(tmp_path):
     a = {"machine": {"commit": "a" * 40, "cpu": {"model": "X", "flags": []}, "torch": "2"}}
     b = {"machine": {"commit": "b" * 40, "cpu": {"model": "X", "flags": []}, "torch": "2"}}
-    ok, reason = identity.pairable([a, b], tmp_path)
-    assert not ok and reason.startswith("pairs records of 2 code versions: aaaaaaa (1 runs), bbbbbbb (1 runs)")
-    assert identity.pairable([a, b], tmp_path, declared={"commits": "why"})[0]
+    pairing = identity.pairable([a, b], tmp_path)
+    assert not pairing.ok and pairing.reason.startswith("pairs records of 2 code versions: aaaaaaa (1 runs), bbbbbbb (1 runs)")
+    assert pairing.failed == {"commits": {"aaaaaaa": 1, "bbbbbbb": 1}}
+    assert identity.pairable([a, b], tmp_path, declared={"commits": "why"}).ok
     folder = tmp_path / identity.EQUIVALENCE / "aaaaaaa_bbbbbbb"
     folder.mkdir(parents=True)
     (folder / "summary.json").write_text(json.dumps({"status": "completed", "commits": ["a" * 40, "b" * 40],
                                                      "match": False}))
-    assert not identity.pairable([a, b], tmp_path)[0]   # retrained, and they differ: still two computations
+    assert not identity.pairable([a, b], tmp_path).ok   # retrained, and they differ: still two computations
     (folder / "summary.json").write_text(json.dumps({"status": "completed", "commits": ["a" * 40, "b" * 40],
                                                      "match": True}))
-    assert identity.pairable([a, b], tmp_path) == (True, "2 commits shown equivalent (the same code, or "
-                                                         "results/equivalence/)")
+    assert identity.pairable([a, b], tmp_path) == identity.Pairing(True, "2 commits shown equivalent (the same code, "
+                                                                        "or results/equivalence/)")
 
 
 def test_two_commits_whose_code_is_identical_in_git_pair_and_a_code_change_does_not(tmp_path):
@@ -142,14 +144,13 @@ def test_two_commits_whose_code_is_identical_in_git_pair_and_a_code_change_does_
     changed = commit("tasks/x.py", "2\n")
     run = lambda c: {"machine": {"commit": c, "cpu": {"model": "X", "flags": []}, "torch": "2"}}  # noqa: E731
     results = tmp_path / "results"
-    assert identity.pairable([run(first), run(records), run(readme)], results)[0]
-    ok, reason = identity.pairable([run(first), run(changed)], results)
-    assert not ok and "2 code versions" in reason
+    assert identity.pairable([run(first), run(records), run(readme)], results).ok
+    assert list(identity.pairable([run(first), run(changed)], results).failed) == ["commits"]
     later = commit("README.md", "more numbers\n")   # the same code as `changed`, which a check joins to `first`
     check = results / identity.EQUIVALENCE / "first_changed"
     check.mkdir(parents=True)
     (check / "summary.json").write_text(json.dumps({"status": "completed", "commits": [first, changed], "match": True}))
-    assert identity.pairable([run(first), run(later)], results)[0]
+    assert identity.pairable([run(first), run(later)], results).ok
 
 
 def test_tables_listed_are_those_with_records_and_a_card_task_folder_is_read_one_level_deeper(tmp_path, monkeypatch):
@@ -277,7 +278,8 @@ def test_records_whose_precision_resolved_differently_never_pair_whatever_joins_
     fp32, bf16 = ({"precision": p, "threads": 1,
                    "machine": {"commit": "a" * 40, "cpu": {"model": "X", "flags": [f]}, "torch": "2"}}
                   for p, f in (("32-true", "avx2"), ("bf16-mixed", "avx512_bf16")))
-    assert identity.pairable([fp32, dict(fp32, machine=bf16["machine"])], tmp_path)[0]   # the kind check joins
-    ok, reason = identity.pairable([fp32, fp32, bf16], tmp_path)
-    assert not ok and reason == ("pairs records of settings that change what a run computes: "
-                                 "2 × trainer.precision=32-true; 1 × trainer.precision=bf16-mixed")
+    assert identity.pairable([fp32, dict(fp32, machine=bf16["machine"])], tmp_path).ok   # the kind check joins
+    pairing = identity.pairable([fp32, fp32, bf16], tmp_path)
+    assert not pairing.ok and pairing.reason == ("pairs records of settings that change what a run computes: "
+                                                 "2 × trainer.precision=32-true; 1 × trainer.precision=bf16-mixed")
+    assert pairing.failed == {"settings": {"trainer.precision=32-true": 2, "trainer.precision=bf16-mixed": 1}}

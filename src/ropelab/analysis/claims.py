@@ -490,8 +490,8 @@ def _protocol(claim: Claim, used: list[Record]) -> str | None:
     ``ropelab.core.identity.pairable``)."""
     from ropelab.core.identity import pairable
 
-    ok, reason = pairable([r.summary for r in used], declared=claim.get("equivalent") or {})
-    return None if ok else reason
+    pairing = pairable([r.summary for r in used], declared=claim.get("equivalent") or {})
+    return None if pairing.ok else pairing.reason
 
 
 def _calibration_flags(claim: Claim, used: list[Record], tables: dict[str, list[Record]]) -> list[str]:

@@ -17,6 +17,7 @@ import functools
 import json
 import subprocess
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -127,11 +128,18 @@ def describe(counts: Counter) -> str:
     differ."""
     if not counts:
         return "no completed records"
-    if len(counts) == 1:
-        return show(next(iter(counts)))
-    kinds = [dict(k) for k in counts]
-    keys = [k for k in COMPUTE if len({kind.get(k) for kind in kinds}) > 1]
-    return "mixed: " + "; ".join(f"{n} × {show(k, keys)}" for k, n in counts.most_common())
+    return show(next(iter(counts))) if len(counts) == 1 else f"mixed: {mixture(counts)}"
+
+
+def varying(identities: Iterable[Mapping[str, Any] | tuple]) -> list[str]:
+    """The keys of ``COMPUTE`` on which ``identities`` (dicts, or ``table``'s keys) differ."""
+    kinds = [dict(k) for k in identities]
+    return [k for k in COMPUTE if len({kind.get(k) for kind in kinds}) > 1]
+
+
+def mixture(counts: Counter) -> str:
+    """"n × …; m × …" for several identities, naming only the keys that differ."""
+    return "; ".join(f"{n} × {show(k, varying(counts))}" for k, n in counts.most_common())
 
 
 def trial_reason(expected: Mapping[str, Any], folder: Path, job: str, counts: Counter | None = None) -> str:
@@ -233,42 +241,59 @@ def bounded_kinds(results: Path) -> list[tuple[str, str, str]]:
             if c.get("bounded") is True and len(c.get("kinds") or []) == 2]
 
 
-def pairable(records: Iterable[Any], results: Path | None = None, declared: Iterable[str] = ()) -> tuple[bool, str]:
-    """(whether ``records`` may be compared with one another, the reason in one line). A record is its summary.json
-    (a dict) or anything with a ``summary``. Several commits pair only where committed equivalence records join
-    them; several machine kinds only where committed kind checks join them. ``declared`` ("commits", "cpus"): a
-    claim's own declaration that they may, said in the reason. ``results``: the folder of the check records
-    (default the checkout's results/). Equivalence records: ``python -m ropelab.experiments.campaign --equivalence
-    A B --jobs-from TABLE``; kind checks: ``python -m ropelab.reproduce TABLE --kind-check``."""
+@dataclass(frozen=True)
+class Pairing:
+    """Whether records may be compared with one another: ``reason`` says why (not) in one line; ``failed`` maps each
+    axis no committed check joins ("commits", "kinds", "settings") to its values, each with its number of records."""
+    ok: bool
+    reason: str
+    failed: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def others(self, axis: str, than: str) -> list[str]:
+        """The values on a failed ``axis`` other than ``than`` (this machine's kind, the pinned commit)."""
+        return [v for v in self.failed.get(axis, {}) if v != than]
+
+
+def pairable(records: Iterable[Any], results: Path | None = None, declared: Iterable[str] = ()) -> Pairing:
+    """Whether ``records`` may be compared with one another, and why not. A record is its summary.json (a dict) or
+    anything with a ``summary``. Several commits pair only where committed equivalence records join them (or git
+    shows them the same code); several machine kinds only where committed kind checks join them; several resolved
+    settings never. ``declared`` ("commits", "cpus"): a claim's own declaration that they may, said in the reason.
+    ``results``: the folder of the check records (default the checkout's results/). Equivalence records:
+    ``ropelab campaign --equivalence A B --jobs-from TABLE``; kind checks: ``ropelab reproduce TABLE --kind-check``."""
     results = Path(results) if results is not None else Path(__file__).resolve().parents[3] / "results"
     summaries = [r if isinstance(r, Mapping) else r.summary for r in records]
-    commits = sorted({commit_of(s) for s in summaries})
-    kinds = sorted({kind_of(s) for s in summaries})
-    said = []
+    commits = Counter(commit_of(s) for s in summaries)
+    kinds = Counter(kind_of(s) for s in summaries)
+    computations = Counter(_key(of_record(s)) for s in summaries)
+    said, failed, why = [], {}, []
     if len(commits) > 1:
         if "commits" in declared:
             said.append(f"{len(commits)} commits, declared equivalent")
-        elif not joined(commits, commit_links(commits, results)):
-            counts = ", ".join(f"{c} ({sum(commit_of(s) == c for s in summaries)} runs)" for c in commits)
-            return False, (f"pairs records of {len(commits)} code versions: {counts}; rerun at one commit, or "
-                           "declare them equivalent and why")
+        elif not joined(sorted(commits), commit_links(commits, results)):
+            failed["commits"] = dict(sorted(commits.items()))
+            runs = ", ".join(f"{c} ({n} runs)" for c, n in failed["commits"].items())
+            why.append(f"pairs records of {len(commits)} code versions: {runs}; rerun at one commit, or declare them "
+                       "equivalent and why")
         else:
             said.append(f"{len(commits)} commits shown equivalent (the same code, or results/{EQUIVALENCE}/)")
     if len(kinds) > 1:
         bounds = bounded_kinds(results)
         if "cpus" in declared:
             said.append(f"{len(kinds)} machine kinds, declared equivalent")
-        elif not joined(kinds, [(a, b) for a, b, _ in bounds]):
-            counts = ", ".join(f"{k} ({sum(kind_of(s) == k for s in summaries)} runs)" for k in kinds)
-            return False, (f"pairs records of {len(kinds)} CPU kinds: {', '.join(kinds)}; rerun on one, or declare "
-                           "them equivalent and why")
+        elif not joined(sorted(kinds), [(a, b) for a, b, _ in bounds]):
+            failed["kinds"] = dict(sorted(kinds.items()))
+            why.append(f"pairs records of {len(kinds)} CPU kinds: {', '.join(sorted(kinds))}; rerun on one, or "
+                       "declare them equivalent and why")
         else:
             said.append(f"{len(kinds)} machine kinds, their effect bounded: "
                         + "; ".join(s for a, b, s in bounds if a in kinds and b in kinds))
-    computations = Counter(_key(of_record(s)) for s in summaries)
     if len(computations) > 1:   # what auto resolved to (bf16 on one kind, fp32 on another) no check joins
-        return False, f"pairs records of settings that change what a run computes: {describe(computations)[7:]}"
-    return True, "; ".join(said) or "one commit, one machine kind"
+        failed["settings"] = {show(k, varying(computations)): n for k, n in computations.most_common()}
+        why.append(f"pairs records of settings that change what a run computes: {mixture(computations)}")
+    if failed:
+        return Pairing(False, why[0], failed)
+    return Pairing(True, "; ".join(said) or "one commit, one machine kind")
 
 
 def _register() -> None:

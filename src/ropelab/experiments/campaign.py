@@ -344,9 +344,10 @@ def _unseeded(name: str) -> str:
 def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str, results: Path,
          here: dict | None = None) -> dict[str, str]:
     """group → why its jobs, trained on this machine at ``commit``, would not be one computation with its records
-    (``ropelab.core.identity``'s rule): they ran on a CPU kind no committed kind check joins to this one, at commits
-    no equivalence record joins to ``commit``, or at a precision this machine's ``auto`` does not resolve to (its
-    jobs would be trials, never recorded). Such a group completes where its records ran."""
+    (``ropelab.core.identity.pairable``): they ran on a CPU kind no committed kind check joins to this one, at
+    commits no equivalence record joins to ``commit``, or at settings (the precision ``auto`` resolves to) its jobs
+    here would not run at (they would be trials, never recorded). Such a group completes where its records ran. A
+    group whose jobs ask for an accelerator this machine lacks is held too."""
     from ropelab.core import machine
 
     here = machine.describe() if here is None else here
@@ -361,36 +362,45 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
         # a preset's grid is compared across its table (its report), a claim's or a card row's within the group
         compared = [j for j in jobs if j.table == its[0].table] if group.startswith("table ") else its
         records = [recorded[j.key] for j in compared if j.key in done and j.key in recorded]
-        if not records or not left:
+        if not left:
             continue
+        try:
+            precisions = sorted({_resolved_precision(j) for j in left})
+        except ConfigError as err:   # a GPU table on a CPU machine
+            out[group] = f"its jobs cannot run here: {err}"
+            continue
+        if not records:
+            continue
+        # what its jobs would record here: this machine at the pinned commit, at the precision auto resolves to
+        settings = identity.of_record(records[0])
+        ours = [{"machine": {**here, "commit": pinned}, "identity": {**settings, "trainer.precision": precision}}
+                for precision in precisions]
+        pairing = identity.pairable([*records, *ours], results)
         table = its[0].table   # what reproduce reads; --jobs-from names the card's tables "card"
-        declared_as = CARD if table.startswith(f"{CARD}/") else table
-        kinds = sorted({identity.kind_of(s) for s in records} | {kind})
-        commits = sorted({identity.commit_of(s) for s in records} | {pinned})
-        precisions = sorted({str(s.get("precision")) for s in records})
-        if not identity.joined(kinds, [(a, b) for a, b, _ in identity.bounded_kinds(results)]):
-            out[group] = (f"its {len(records)} records ran on {', '.join(k for k in kinds if k != kind)}; this machine "
-                          f"is {kind}: finish it there, or bound the kinds here (`ropelab reproduce {table} --kind-check`, "
-                          "committed)")
-        elif not identity.joined(commits, identity.commit_links(commits, results)):
-            theirs = [c for c in commits if c != pinned]
-            out[group] = (f"its records ran at {', '.join(theirs)}, not the same code as {pinned} nor joined to it by an equivalence record: "
-                          f"pin --commit {theirs[0]}, or commit `ropelab campaign --equivalence {theirs[0]} {pinned} "
-                          f"--jobs-from {declared_as}`")
-        elif mine := sorted({_resolved_precision(j) for j in left} - set(precisions)):
-            out[group] = (f"its records ran at {', '.join(precisions)}; here trainer.precision resolves to "
-                          f"{', '.join(mine)}: its jobs would be trials")
+        if "kinds" in pairing.failed:   # first: no equivalence record finishes it here
+            out[group] = (f"its {len(records)} records ran on {', '.join(pairing.others('kinds', kind))}; this machine is "
+                          f"{kind}: finish it there, or bound the kinds here (`ropelab reproduce {table} "
+                          "--kind-check`, committed)")
+        elif "commits" in pairing.failed:
+            theirs = pairing.others("commits", pinned)
+            declared_as = CARD if table.startswith(f"{CARD}/") else table
+            out[group] = (f"its records ran at {', '.join(theirs)}, not the same code as {pinned} nor joined to it "
+                          f"by an equivalence record: pin --commit {theirs[0]}, or commit `ropelab campaign "
+                          f"--equivalence {theirs[0]} {pinned} --jobs-from {declared_as}`")
+        elif "settings" in pairing.failed:
+            theirs, mine = [identity.of_record(s) for s in records], [o["identity"] for o in ours]
+            keys = identity.varying([*theirs, *mine])
+            shown = lambda ids: ", ".join(sorted({identity.show(i, keys) for i in ids}))  # noqa: E731
+            out[group] = f"its records ran at {shown(theirs)}; here its jobs would run at {shown(mine)}: they would be trials"
     return out
 
 
 def _resolved_precision(job: Job) -> str:
+    """The precision ``auto`` resolves to on this machine (an accelerator it lacks: a ConfigError)."""
     from ropelab.core import machine
 
-    try:
-        return machine.choose(str(job.values.get("trainer.accelerator", "auto")),
-                              str(job.values.get("trainer.precision", "auto")))[1]
-    except ConfigError as err:
-        return str(err)
+    return machine.choose(str(job.values.get("trainer.accelerator", "auto")),
+                          str(job.values.get("trainer.precision", "auto")))[1]
 
 
 def order(jobs: list[Job], done: set[str], held: Iterable[str] = ()) -> list[tuple[str, list[Job], float]]:
@@ -608,22 +618,22 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel", check=False) or REPO)
     tables = [t for t in args.tables.split(",") if t] or None
-    if args.equivalence:
-        try:
-            check_tables([args.jobs_from], option="--jobs-from")
-            return equivalence(repo, args.equivalence, args.jobs_from, args.count, args.branch, args.main)
-        except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
     try:
-        if args.jobs < 1:
-            raise ConfigError(f"--jobs {args.jobs}: at least 1")
-        check_tables(tables)
-        commit = pin(repo, args.commit, args.main)
-        tree = None if args.plan else worktree(repo, args.worktree, commit)
-    except ConfigError as err:
+        return _campaign(args, repo, tables)
+    except ConfigError as err:   # bad input: one line, nothing trains
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+
+def _campaign(args: argparse.Namespace, repo: Path, tables: list[str] | None) -> int:
+    if args.equivalence:
+        check_tables([args.jobs_from], option="--jobs-from")
+        return equivalence(repo, args.equivalence, args.jobs_from, args.count, args.branch, args.main)
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs {args.jobs}: at least 1")
+    check_tables(tables)
+    commit = pin(repo, args.commit, args.main)
+    tree = None if args.plan else worktree(repo, args.worktree, commit)
     if tree and not git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{args.branch}", check=False):
         if remote := git(repo, "rev-parse", "--verify", "-q", f"refs/remotes/origin/{args.branch}", check=False):
             git(repo, "update-ref", f"refs/heads/{args.branch}", remote)   # resuming another machine's campaign

@@ -250,9 +250,10 @@ def reproduce_one(record: Path, table: Path, out: Path) -> tuple[str, str]:
                                      f"{'; ' + note if note else ''}; {where})")
         return "differs", f"{record.name}: NOT bit-identical on the CPU kind that made it: {diff} ({where})"
     key = cell_key(saved)
-    pairs, reason = identity.pairable([s for s, c in map(_load, records_of(table)) if cell_key(c) == key])
-    if not pairs:   # the one rule: a spread over seeds of several computations is no spread of one
-        return "no-spread", f"{record.name}: other CPU kind ({kind_differs}): the cell's seeds are not one computation ({reason})"
+    pairing = identity.pairable([s for s, c in map(_load, records_of(table)) if cell_key(c) == key])
+    if not pairing.ok:   # the one rule: a spread over seeds of several computations is no spread of one
+        return "no-spread", (f"{record.name}: other CPU kind ({kind_differs}): the cell's seeds are not one "
+                             f"computation ({pairing.reason})")
     spread = seed_spread(record, table)
     final = retrained.get("final") or {}
     compared = [(m, final[m], *spread[m]) for m in VERDICT_METRICS if m in spread and m in final]
