@@ -76,6 +76,25 @@ def test_a_sweeps_jobs_are_those_hydra_launches():
     assert ["task=dyck3", "pos=rope", "seed=0", "experiment=bifocal_table1", "trainer.max_steps=2"] in jobs
 
 
+def test_a_sweeps_job_folders_are_named_as_hydra_names_them_and_not_guessed_under_a_custom_subdir():
+    from omegaconf import open_dict
+
+    from ropelab.core.config import compose_with_hydra
+    from ropelab.core.sweep_summary import job_names
+
+    def launched(*overrides):
+        config = compose_with_hydra(["experiment=bifocal_table1", *overrides])
+        with open_dict(config):   # what Hydra hands the callback of `train.py -m experiment=… seed=0,1 …`
+            config.hydra.overrides.task = ["experiment=bifocal_table1", "seed=0,1", "trainer.max_steps=2", *overrides]
+        return job_names(config)
+
+    names = launched()
+    assert len(names) == 3 * 3 * 2 and names[:3] == ["pos=rope,seed=0,task=dyck3,trainer.max_steps=2",
+                                                     "pos=rope,seed=1,task=dyck3,trainer.max_steps=2",
+                                                     "pos=spectral,seed=0,task=dyck3,trainer.max_steps=2"]
+    assert launched("hydra.sweep.subdir=seed${seed}") == []   # each job notes its own folder
+
+
 def test_every_job_of_a_sweep_is_checked_before_the_first_trains(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stop:

@@ -436,23 +436,15 @@ def sweep_jobs(argv: list[str]) -> list[list[str]]:
     """The overrides of every job ``python train.py -m <argv>`` launches, as Hydra's basic sweeper makes them: the
     preset's ``hydra.sweeper.params``, then the command line (a later value for a key replacing an earlier one),
     the product."""
-    import itertools
-
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from ropelab.core.cli import override_values
+    from ropelab.core.cli import sweep_product
     from ropelab.core.config import compose_with_hydra
 
     given = [a for a in argv if "=" in a and not a.startswith("-")]
-    parser = OverridesParser.create()
-    plain = [o.input_line for o in parser.parse_overrides(given) if not o.is_sweep_override()]
+    plain = [o.input_line for o in OverridesParser.create().parse_overrides(given) if not o.is_sweep_override()]
     params = OmegaConf.select(compose_with_hydra(plain), "hydra.sweeper.params") or {}
-    axes: dict[str, list[str]] = {}
-    for o in parser.parse_overrides([*(f"{k}={v}" for k, v in params.items()), *given]):
-        key = o.get_key_element()
-        axes[key] = ([f"{key}={v}" for v in override_values(o)] if o.is_sweep_override()
-                     else [f"{key}={o.get_value_element_as_str()}"])
-    return [list(job) for job in itertools.product(*axes.values())]
+    return sweep_product([*(f"{k}={v}" for k, v in params.items()), *given])
 
 
 def check_sweep(argv: list[str]) -> None:

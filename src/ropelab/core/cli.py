@@ -40,6 +40,21 @@ def override_values(override) -> list:
     return list(override.sweep_string_iterator())
 
 
+def sweep_product(lines: list[str]) -> list[list[str]]:
+    """The overrides of every job a basic sweeper launches over ``lines`` (a preset's ``hydra.sweeper.params``, then
+    the command line): a later value for a key replaces an earlier one, then the product, in Hydra's job order."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    axes: dict[str, list[str]] = {}
+    for o in OverridesParser.create().parse_overrides(lines):
+        key = o.get_key_element()
+        axes[key] = ([f"{key}={v}" for v in override_values(o)] if o.is_sweep_override()
+                     else [f"{key}={o.get_value_element_as_str()}"])
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
 def axis_values(key: str, value) -> list:
     """The values of ``key=value`` as Hydra reads them (a preset's ``hydra.sweeper.params`` axis, say)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -34,6 +34,7 @@ LAUNCHES = ".launches"
 JOBS = "jobs.json"  # in the launch folder: every job's folder name in launch order, and the launching process
 LISTED = 5  # skipped jobs of one reason are named up to this many, then only counted
 INTERRUPTED_EXIT = 130  # the shell's code for a process ended by Ctrl-C (128 + SIGINT)
+DEFAULT_SUBDIR = "${hydra:job.override_dirname}"  # conf/config.yaml's hydra.sweep.subdir
 
 
 def note(job_num: int, job: str, outcome: str, detail: str = "", where: Path | None = None,
@@ -99,37 +100,28 @@ def _jobs(launch: Path) -> dict:
 
 def job_names(config: DictConfig) -> list[str]:
     """The folder name of every job this multirun launches, in Hydra's job order (``BasicSweeper``: the preset's
-    ``hydra.sweeper.params`` then the command line, a later value for a key replacing an earlier one, then the
-    product), named as Hydra names job folders. Empty if they cannot be worked out (another sweeper)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import Glob
-
-    from ropelab.core.cli import group_choices
+    ``hydra.sweeper.params`` then the command line, ``ropelab.core.cli.sweep_product``), named as Hydra names job
+    folders. Empty if they cannot be worked out here: another sweeper, or a ``hydra.sweep.subdir`` other than the
+    override dirname (a job's own config names its folder; each job notes it)."""
+    from ropelab.core.cli import sweep_product
 
     if "basic" not in str(OmegaConf.select(config, "hydra.sweeper._target_") or "").lower():
         return []
+    if OmegaConf.to_container(config.hydra.sweep).get("subdir") != DEFAULT_SUBDIR:
+        return []
     params = [f"{k}={v}" for k, v in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items()]
     try:
-        overrides = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
+        jobs = sweep_product([*params, *config.hydra.overrides.task])
     except Exception:  # what Hydra itself refuses, it reports
         return []
-    values: dict[str, list[str]] = {}
-    for o in overrides:
-        key = o.get_key_element()
-        if not o.is_sweep_override():
-            values[key] = [f"{key}={o.get_value_element_as_str()}"]
-        elif isinstance(o.value(), Glob):
-            values[key] = [f"{key}={v}" for v in o.value().filter(group_choices(o.key_or_group))]
-        else:
-            values[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
     dirname = config.hydra.job.config.override_dirname
     excluded = set(dirname.exclude_keys)
 
-    def name(job: tuple[str, ...]) -> str:
+    def name(job: list[str]) -> str:
         kept = sorted(line for line in job if line.split("=", 1)[0].lstrip("+~") not in excluded)
         return dirname.item_sep.join(kept).replace("=", dirname.kv_sep)
 
-    return [name(job) for job in itertools.product(*values.values())]
+    return [name(job) for job in jobs]
 
 
 def interrupted_lines(resume: str) -> list[str]:
