@@ -116,8 +116,8 @@ def test_two_commits_pair_only_through_a_committed_equivalence_record(tmp_path):
     assert not identity.pairable([a, b], tmp_path).ok   # retrained, and they differ: still two computations
     (folder / "summary.json").write_text(json.dumps({"status": "completed", "commits": ["a" * 40, "b" * 40],
                                                      "match": True}))
-    assert identity.pairable([a, b], tmp_path) == identity.Pairing(True, "2 commits shown equivalent (the same code, "
-                                                                        "or results/equivalence/)")
+    assert identity.pairable([a, b], tmp_path) == identity.Pairing(True, "2 commits (aaaaaaa, bbbbbbb) shown "
+                                                                        "equivalent (the same code, or results/equivalence/)")
 
 
 def test_two_commits_whose_code_is_identical_in_git_pair_and_a_code_change_does_not(tmp_path):

@@ -471,22 +471,19 @@ def ranking(suite: Suite, cards: list[TaskCard], extra: Column | None = None, se
 # ----------------------------------------------------------------------------------------------- writing
 
 def _spread(cards: list[TaskCard]) -> str:
-    """One line when the compared records ran at more than one commit or on more than one CPU kind: a card is
-    trained after its baselines by design, so it is said, not refused (the configs are checked key by key)."""
-    commits, cpus = set(), set()
+    """One line when a task's compared records ran at more than one commit or on more than one machine kind: what
+    joins them into one computation (``ropelab.core.identity.pairable``; where nothing does, that task is refused)."""
+    from ropelab.core.identity import ONE_COMPUTATION, pairable
+
+    joins = set()
     for card in cards:
         if card.refusal:
             continue
-        for col in [card.mine, card.rope]:
-            for r in col.records:
-                machine = r.summary.get("machine") or {}
-                commits.add(str(machine.get("commit") or "unknown")[:7])
-                cpus.add(str((machine.get("cpu") or {}).get("model") or "unknown"))
-    parts = [f"{len(commits)} code versions ({', '.join(sorted(commits))})" if len(commits) > 1 else "",
-             f"{len(cpus)} CPU kinds ({', '.join(sorted(cpus))})" if len(cpus) > 1 else ""]
-    said = " and ".join(p for p in parts if p)
-    return f"Compared records ran at {said}: the configs are equal key by key, the code and machine are not." if said \
-        else ""
+        pairing = pairable([r.summary for r in [*card.mine.records, *card.rope.records]])
+        if pairing.ok and pairing.reason != ONE_COMPUTATION:
+            joins.add(pairing.reason)
+    return f"Compared records of several commits or machines are one computation: {'; '.join(sorted(joins))}." \
+        if joins else ""
 
 
 def _machines(cards: list[TaskCard]) -> list[str]:

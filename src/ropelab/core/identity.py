@@ -241,6 +241,9 @@ def bounded_kinds(results: Path) -> list[tuple[str, str, str]]:
             if c.get("bounded") is True and len(c.get("kinds") or []) == 2]
 
 
+ONE_COMPUTATION = "one commit, one machine kind"   # the reason records pair with nothing to join
+
+
 @dataclass(frozen=True)
 class Pairing:
     """Whether records may be compared with one another: ``reason`` says why (not) in one line; ``failed`` maps each
@@ -276,7 +279,8 @@ def pairable(records: Iterable[Any], results: Path | None = None, declared: Iter
             why.append(f"pairs records of {len(commits)} code versions: {runs}; rerun at one commit, or declare them "
                        "equivalent and why")
         else:
-            said.append(f"{len(commits)} commits shown equivalent (the same code, or results/{EQUIVALENCE}/)")
+            said.append(f"{len(commits)} commits ({', '.join(sorted(commits))}) shown equivalent (the same code, or "
+                        f"results/{EQUIVALENCE}/)")
     if len(kinds) > 1:
         bounds = bounded_kinds(results)
         if "cpus" in declared:
@@ -293,7 +297,7 @@ def pairable(records: Iterable[Any], results: Path | None = None, declared: Iter
         why.append(f"pairs records of settings that change what a run computes: {mixture(computations)}")
     if failed:
         return Pairing(False, why[0], failed)
-    return Pairing(True, "; ".join(said) or "one commit, one machine kind")
+    return Pairing(True, "; ".join(said) or ONE_COMPUTATION)
 
 
 def _register() -> None:
