@@ -5,6 +5,7 @@ record, in a temporary git repository."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +92,28 @@ def test_a_record_written_but_not_committed_before_a_stop_is_committed_at_the_ne
     c.salvage(jobs, done, repo, tree, c.BRANCH, head, log=lambda _: None)
     assert done == {"fake/g=a,seed=0"}
     assert "results/fake/g=a,seed=0/summary.json" in git(repo, "ls-tree", "-r", "--name-only", c.BRANCH)
+
+
+STOPPED = """
+import sys
+from pathlib import Path
+from ropelab.experiments import campaign as c
+job = c.Job("fake", "g=a,seed=0", [], {"seed": 0}, "fake", groups=["a"])
+sleeper = lambda job, tree, passthrough: [sys.executable, "-c", "import time; time.sleep(120)"]
+sys.exit(c.run([job], [("a", [job], 1.0)], Path(sys.argv[1]), Path(sys.argv[1]), c.BRANCH, "0" * 40, 1, [],
+               command=sleeper))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_or_sigint_stops_a_campaign_started_in_the_background_as_ctrl_c_does(tmp_path, sig):
+    ignore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731  what `&` in a script does
+    proc = subprocess.Popen([sys.executable, "-u", "-c", STOPPED, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=ignore_sigint)
+    assert proc.stdout.readline().startswith("start fake/g=a,seed=0")   # the job is in flight
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 130
+    assert proc.stdout.read() == "stopped: 1 jobs in flight lost; run again to resume\n"
 
 
 def test_commit_waits_while_a_lock_is_held(repo, tmp_path):
@@ -206,12 +229,13 @@ def _summary(flag: str, commit: str, precision: str = "32-true") -> dict:
 
 def test_a_group_whose_records_this_machine_would_not_pair_with_is_held_and_not_trained(tmp_path):
     here = _summary("avx2", "")["machine"]
-    jobs = jobs_of({"claim other-kind": [0, 1], "claim other-commit": [0, 1], "claim joined": [0, 1],
-                    "claim bf16": [0, 1], "claim new": [0], "claim gpu": [0]})
+    jobs = jobs_of({"claim other-kind": [0, 1], "claim other-kind-bf16": [0, 1], "claim other-commit": [0, 1],
+                    "claim joined": [0, 1], "claim bf16": [0, 1], "claim new": [0], "claim gpu": [0]})
     for job in jobs:
         job.values["trainer.precision"] = "32-true"   # as configured on every machine
     next(j for j in jobs if "gpu" in j.name).values["trainer.accelerator"] = "gpu"
     recorded = {"fake/g=claim other-kind,seed=0": _summary("avx512_bf16", "aaaaaaa"),
+                "fake/g=claim other-kind-bf16,seed=0": _summary("avx512_bf16", "aaaaaaa", "bf16-mixed"),
                 "fake/g=claim other-commit,seed=0": _summary("avx2", "bbbbbbb"),
                 "fake/g=claim joined,seed=0": _summary("avx2", "ccccccc"),
                 "fake/g=claim bf16,seed=0": _summary("avx2", "aaaaaaa", "bf16-mixed")}
@@ -222,7 +246,11 @@ def test_a_group_whose_records_this_machine_would_not_pair_with_is_held_and_not_
                                                     "match": True}))
     done = set(recorded)
     kept = c.held(jobs, done, recorded, "aaaaaaa" + "0" * 33, results, here=here)
-    assert sorted(kept) == ["claim bf16", "claim gpu", "claim other-commit", "claim other-kind"]
+    assert sorted(kept) == ["claim bf16", "claim gpu", "claim other-commit", "claim other-kind",
+                            "claim other-kind-bf16"]
+    assert kept["claim other-kind-bf16"] == (  # a kind check would not join its bf16 records to fp32 jobs
+        "its 1 records ran on AMD EPYC [avx512_bf16] torch 2.13.0+cpu at trainer.precision=bf16-mixed; this machine is "
+        "AMD EPYC [avx2] torch 2.13.0+cpu and would run its jobs at trainer.precision=32-true: finish it there")
     assert kept["claim gpu"].startswith("its jobs cannot run here: trainer.accelerator=gpu but torch sees no CUDA")
     assert "ran on AMD EPYC [avx512_bf16]" in kept["claim other-kind"] and "--kind-check" in kept["claim other-kind"]
     assert "--equivalence bbbbbbb aaaaaaa" in kept["claim other-commit"]

@@ -40,6 +40,7 @@ import functools
 import json
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -377,21 +378,26 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
                 for precision in precisions]
         pairing = identity.pairable([*records, *ours], results)
         table = its[0].table   # what reproduce reads; --jobs-from names the card's tables "card"
-        if "kinds" in pairing.failed:   # first: no equivalence record finishes it here
-            out[group] = (f"its {len(records)} records ran on {', '.join(pairing.others('kinds', kind))}; this machine is "
-                          f"{kind}: finish it there, or bound the kinds here (`ropelab reproduce {table} "
+        theirs, mine = [identity.of_record(s) for s in records], [o["identity"] for o in ours]
+        keys = identity.varying([*theirs, *mine])
+        shown = lambda ids: ", ".join(sorted({identity.show(i, keys) for i in ids}))  # noqa: E731
+        if "kinds" in pairing.failed and "settings" in pairing.failed:   # no kind check joins other settings
+            out[group] = (f"its {len(records)} records ran on {', '.join(pairing.others('kinds', kind))} at "
+                          f"{shown(theirs)}; this machine is {kind} and would run its jobs at {shown(mine)}: "
+                          "finish it there")
+        elif "kinds" in pairing.failed:   # before commits: no equivalence record finishes it here
+            out[group] = (f"its {len(records)} records ran on {', '.join(pairing.others('kinds', kind))}; this "
+                          f"machine is {kind}: finish it there, or bound the kinds here (`ropelab reproduce {table} "
                           "--kind-check`, committed)")
         elif "commits" in pairing.failed:
-            theirs = pairing.others("commits", pinned)
+            commits = pairing.others("commits", pinned)
             declared_as = CARD if table.startswith(f"{CARD}/") else table
-            out[group] = (f"its records ran at {', '.join(theirs)}, not the same code as {pinned} nor joined to it "
-                          f"by an equivalence record: pin --commit {theirs[0]}, or commit `ropelab campaign "
-                          f"--equivalence {theirs[0]} {pinned} --jobs-from {declared_as}`")
+            out[group] = (f"its records ran at {', '.join(commits)}, not the same code as {pinned} nor joined to it "
+                          f"by an equivalence record: pin --commit {commits[0]}, or commit `ropelab campaign "
+                          f"--equivalence {commits[0]} {pinned} --jobs-from {declared_as}`")
         elif "settings" in pairing.failed:
-            theirs, mine = [identity.of_record(s) for s in records], [o["identity"] for o in ours]
-            keys = identity.varying([*theirs, *mine])
-            shown = lambda ids: ", ".join(sorted({identity.show(i, keys) for i in ids}))  # noqa: E731
-            out[group] = f"its records ran at {shown(theirs)}; here its jobs would run at {shown(mine)}: they would be trials"
+            out[group] = (f"its records ran at {shown(theirs)}; here its jobs would run at {shown(mine)}: they would be "
+                          "trials")
     return out
 
 
@@ -486,6 +492,7 @@ def run(jobs: list[Job], plan: list[tuple[str, list[Job], float]], repo: Path, t
     running: dict[subprocess.Popen, tuple[str, Job, float, Any]] = {}
     logs = tree / "runs" / "campaign" / "logs"
     status = 0
+    before = _stop_on_signals()
     try:
         while queue or running:
             while queue and len(running) < parallel:
@@ -523,8 +530,21 @@ def run(jobs: list[Job], plan: list[tuple[str, list[Job], float]], repo: Path, t
             proc.terminate()
         log(f"stopped: {len(running)} jobs in flight lost; run again to resume")
         return 130
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     log(f"campaign: {done} recorded, {failed} not, {time.time() - started:.0f} s")
     return status
+
+
+def _stop_on_signals() -> dict:
+    """SIGTERM (``kill``, a machine's shutdown) and SIGINT stop the campaign as Ctrl-C does: the jobs in flight are
+    ended, every finished record is already committed. SIGINT too, since a shell that starts a command in the
+    background with ``&`` has it ignore SIGINT. Returns the handlers replaced."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    return {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 def why_not(tree: Path, job: Job) -> str:
