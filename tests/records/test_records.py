@@ -44,7 +44,7 @@ def test_sweep_keeps_records_skips_them_in_a_fresh_folder_and_reports_from_them_
     out = report.write_report(record, tmp_path / "rep")
     md = (out / "report.md").read_text()
     assert "| task | rope | spectral |" in md
-    assert "### Machines and code" in md and "mixes" not in md
+    assert "### Machines and code" in md and "computation" not in md
     table = pd.read_csv(out / "table.csv")
     assert sorted(table["column"]) == ["rope", "spectral"] and (table["n_completed"] == 1).all()
 
@@ -168,14 +168,16 @@ def test_phase_diagram_finds_the_cell_where_the_claim_holds(tmp_path):
     assert len(pd.read_csv(out / "phase.csv")) == 12
 
 
-def test_report_warns_when_a_table_mixes_machines(tmp_path):
+def test_report_warns_when_a_tables_runs_are_not_one_computation(tmp_path):
     root = tmp_path / "tbl"
     curve = plateau_then_fall(150)
     fake_record(root, "a", "rope", 0, curve)
     fake_record(root, "b", "spectral", 0, curve, machine={"cpu": {"model": "CPU B", "flags": ["avx2", "amx_bf16"]},
                                                            "torch": "2.13.0", "commit": "b" * 40, "dirty": True})
     md = (report.write_report(root, tmp_path / "rep") / "report.md").read_text()
-    assert "mixes machines" in md and "code versions" in md and "bbbbbbb+edits" in md
+    # the one rule (ropelab.core.identity.pairable): two commits no check joins
+    assert "⚠ Not one computation: pairs records of 2 code versions" in md and "bbbbbbb+edits" in md
+    assert "⚠ 1 runs ran with uncommitted edits" in md
 
 
 def test_report_compares_single_runs_side_by_side(tmp_path):

@@ -12,7 +12,7 @@ from ropelab.analysis.report.cells import LOCKIN, METRICS, ONSET, STATUS_ORDER, 
 from ropelab.analysis.report.records import steps_trained
 from ropelab.analysis.report.sweep import Sweep, value_label
 from ropelab.analysis.report.tables import markdown_table
-from ropelab.core import machine
+from ropelab.core import identity, machine
 
 
 def landmark_text(step: float | None) -> str | int:
@@ -48,8 +48,9 @@ def runs_table(sweep: Sweep) -> pd.DataFrame:
 
 
 def machines_section(sweep: Sweep) -> list[str]:
-    """Which machines, precisions, torch versions and code versions the completed runs ran on; a warning when
-    one table mixes them."""
+    """Which machines, precisions, torch versions and code versions the runs ran on; where several, whether they
+    are one computation (``ropelab.core.identity.pairable``, with what joins them or a warning), and a warning for
+    runs with uncommitted edits."""
     groups: Counter = Counter()
     for run in sweep.runs:
         s = run.summary or {}
@@ -62,10 +63,12 @@ def machines_section(sweep: Sweep) -> list[str]:
     table = pd.DataFrame([{"machine": m, "precision": p, "torch": t, "commit": c, "runs": n}
                           for (m, p, t, c), n in sorted(groups.items(), key=lambda kv: -kv[1])])
     md = ["### Machines and code", "", markdown_table(table.set_index("machine"), "machine"), ""]
-    mixed = [name for name, col in (("machines", "machine"), ("precisions", "precision"), ("torch versions", "torch"),
-                                    ("code versions", "commit")) if table[col].nunique() > 1]
-    if mixed:
-        md += [f"⚠ This table mixes {', '.join(mixed)}: compare cells with that in mind.", ""]
+    if len(groups) > 1:   # whether its cells compare is the one rule's (ropelab.core.identity.pairable)
+        pairing = identity.pairable([run.summary for run in sweep.runs if run.summary and run.summary.get("machine")])
+        md += [f"One computation: {pairing.reason}." if pairing.ok else
+               f"⚠ Not one computation: {pairing.reason}: compare cells with that in mind.", ""]
+    if edited := sum(n for (*_, commit), n in groups.items() if commit.endswith("+edits")):
+        md += [f"⚠ {edited} runs ran with uncommitted edits: their code is not their commit's.", ""]
     return md
 
 
