@@ -26,7 +26,8 @@ moves the branch only if it still points where it did (compare-and-swap; a held 
 That is one atomic ref update per record: a record is on the branch whole or not at all, and the user's branches,
 index and files are never written. (A branch named ``campaign/records`` cannot coexist with a branch named
 ``campaign``; hence the dash.) Killed at any moment, the jobs in flight are lost; a record written to the worktree
-but not yet committed is committed at the next start. Another machine resumes from a fresh clone once it has the
+but not yet committed is committed at the next start. Ctrl-C, ``kill`` (SIGTERM) and SIGINT (even to a campaign
+started in the background) stop it cleanly: its jobs in flight are ended with it. Another machine resumes from a fresh clone once it has the
 branch (``git fetch origin campaign-records:campaign-records``).
 
     python -m ropelab.experiments.campaign --plan [--tables a,b]
