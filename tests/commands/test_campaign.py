@@ -259,3 +259,19 @@ def test_a_group_whose_records_this_machine_would_not_pair_with_is_held_and_not_
     plan = c.order(jobs, done, kept)
     assert sorted(j.name for _, left, _ in plan for j in left) == ["g=claim joined,seed=1", "g=claim new,seed=0"]
     assert "held here" in c.plan_text(plan, kept) and "claim other-kind: its 1 records" in c.plan_text(plan, kept)
+
+
+def test_a_group_whose_preset_here_differs_from_the_pinned_commits_is_held(repo):
+    preset = repo / "conf" / "experiment" / "grid.yaml"
+    preset.parent.mkdir(parents=True)
+    preset.write_text("steps: 500,1000\n")
+    git(repo, "add", "conf")
+    git(repo, "commit", "-q", "-m", "grid")
+    pinned = git(repo, "rev-parse", "HEAD")
+    jobs = [c.Job("t", "seed=0", [], {"seed": 0}, "grid", groups=["table grid"]),
+            c.Job("u", "seed=0", [], {"seed": 0}, "other", groups=["table other"])]
+    assert c.declared_elsewhere(jobs, repo, pinned) == {}
+    preset.write_text("steps: 250,500\n")   # edited here, not at the pinned commit: its jobs there are others
+    assert c.declared_elsewhere(jobs, repo, pinned) == {
+        "table grid": f"conf/experiment/grid.yaml here differs from the pinned commit {pinned[:7]}'s, where its jobs "
+                      "train: commit it, and pin that commit"}

@@ -402,6 +402,21 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
     return out
 
 
+def declared_elsewhere(jobs: list[Job], repo: Path, commit: str) -> dict[str, str]:
+    """group → why: the preset that declares its jobs (the card suite for the card's) differs between this checkout
+    and the pinned commit, where they train. The worktree's preset would make them other jobs (trials, never
+    recorded) or none: they wait for a pinned commit that has this declaration."""
+    changed = set(git(repo, "diff", "--name-only", commit, "--", "conf/experiment", "conf/card").split())
+    out = {}
+    for job in jobs:
+        path = "conf/card/suite.yaml" if job.table.startswith(f"{CARD}/") else f"conf/experiment/{job.source}.yaml"
+        if path in changed:
+            for group in job.groups:
+                out[group] = (f"{path} here differs from the pinned commit {commit[:7]}'s, where its jobs train: "
+                              "commit it, and pin that commit")
+    return out
+
+
 def _resolved_precision(job: Job) -> str:
     """The precision ``auto`` resolves to on this machine (an accelerator it lacks: a ConfigError)."""
     from ropelab.core import machine
@@ -665,7 +680,7 @@ def _campaign(args: argparse.Namespace, repo: Path, tables: list[str] | None) ->
     if tree is not None:
         salvage(jobs, done, repo, tree, args.branch, commit)
     estimate(jobs, recorded)
-    kept_back = held(jobs, done, recorded, commit, repo / "results")
+    kept_back = {**held(jobs, done, recorded, commit, repo / "results"), **declared_elsewhere(jobs, repo, commit)}
     plan = order(jobs, done, kept_back)
     print(plan_text(plan, kept_back), flush=True)
     if args.plan:
