@@ -275,3 +275,18 @@ def test_a_group_whose_preset_here_differs_from_the_pinned_commits_is_held(repo)
     assert c.declared_elsewhere(jobs, repo, pinned) == {
         "table grid": f"conf/experiment/grid.yaml here differs from the pinned commit {pinned[:7]}'s, where its jobs "
                       "train: commit it, and pin that commit"}
+
+
+def test_a_worktree_moves_to_a_commit_that_holds_its_records_merged_and_keeps_the_others(repo, tmp_path):
+    first = git(repo, "rev-parse", "HEAD")
+    tree = c.worktree(repo, tmp_path / "tree", first)
+    for name in ("merged", "new"):
+        (tree / "results" / "t" / name).mkdir(parents=True)
+        (tree / "results" / "t" / name / "summary.json").write_text("{}")
+    (repo / "results" / "t" / "merged").mkdir(parents=True)
+    (repo / "results" / "t" / "merged" / "summary.json").write_text("{}")
+    git(repo, "add", "results")
+    git(repo, "commit", "-q", "-m", "records merged")
+    later = git(repo, "rev-parse", "HEAD")
+    assert c.worktree(repo, tmp_path / "tree", later) == tree and git(tree, "rev-parse", "HEAD") == later
+    assert (tree / "results" / "t" / "new" / "summary.json").is_file()

@@ -471,7 +471,8 @@ def pin(repo: Path, rev: str, main: str = "main") -> str:
 
 def worktree(repo: Path, path: Path, commit: str) -> Path:
     """The worktree at ``path`` checked out at ``commit`` (created if absent); one with uncommitted changes to
-    tracked files is refused (its records, untracked, are outputs)."""
+    tracked files is refused (its records, untracked, are outputs: those the commit holds, merged since, are taken
+    as committed, the others stay)."""
     path = path if path.is_absolute() else repo / path
     if not (path / ".git").exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -480,8 +481,8 @@ def worktree(repo: Path, path: Path, commit: str) -> Path:
     if dirty := git(path, "status", "--porcelain", "--untracked-files=no"):
         raise ConfigError(f"worktree {path} has uncommitted changes ({dirty.splitlines()[0].strip()} …): commit or "
                           "discard them; the campaign trains committed code only")
-    if git(path, "rev-parse", "HEAD") != commit:
-        git(path, "checkout", "-q", "--detach", commit)
+    if git(path, "rev-parse", "HEAD") != commit:   # -f: its untracked records that the commit holds (merged) yield
+        git(path, "checkout", "-q", "-f", "--detach", commit)
     return path
 
 
