@@ -61,9 +61,12 @@ def test_a_command_returning_its_results_exits_0(monkeypatch):
 
 
 def _make(*args: str) -> subprocess.CompletedProcess:
-    # -o: the venv's stamp counts as made (a test never reinstalls the venv); -n: print, run nothing
+    # -o: the venv's stamp counts as made (a test never reinstalls the venv); -n: print, run nothing. Without the
+    # outer make's flags: `make test ARGS=-x` would pass its ARGS into the commands checked here
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "ARGS")
+    env = {k: v for k, v in os.environ.items() if k not in outer}
     return subprocess.run(["make", "-s", "-C", str(ROOT), "-o", ".venv/.installed", *args], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, env=env)
 
 
 def test_bare_make_lists_the_commands_one_line_each():
