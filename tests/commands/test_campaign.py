@@ -290,3 +290,26 @@ def test_a_worktree_moves_to_a_commit_that_holds_its_records_merged_and_keeps_th
     later = git(repo, "rev-parse", "HEAD")
     assert c.worktree(repo, tmp_path / "tree", later) == tree and git(tree, "rev-parse", "HEAD") == later
     assert (tree / "results" / "t" / "new" / "summary.json").is_file()
+
+
+def test_a_card_suite_edit_holds_only_the_card_groups_whose_jobs_it_changes(repo):
+    from conftest import ROOT
+    from ropelab.analysis import card_suite
+
+    original = (ROOT / c.SUITE_FILE).read_text()
+    suite = repo / c.SUITE_FILE
+    suite.parent.mkdir(parents=True)
+    suite.write_text(original)
+    git(repo, "add", "conf")
+    git(repo, "commit", "-q", "-m", "suite")
+    pinned = git(repo, "rev-parse", "HEAD")
+
+    def held_after(text: str) -> dict[str, str]:
+        suite.write_text(text)
+        return c.declared_elsewhere(c.card_jobs(card_suite.load(suite)), repo, pinned)
+
+    assert held_after(original + "# a comment changes no job\n") == {}
+    dyck3 = "setting: {trainer.max_steps: 400, trainer.val_every: 50}\n    source: results/calibration/dyck3"
+    assert dyck3 in original
+    held = held_after(original.replace(dyck3, dyck3.replace("400", "300")))
+    assert list(held) == ["card dyck3"] and "declares its jobs otherwise than at the pinned commit" in held["card dyck3"]

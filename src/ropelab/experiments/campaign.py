@@ -60,6 +60,7 @@ from ropelab.core.record import read as read_record
 
 BRANCH = "campaign-records"
 CARD = "card"
+SUITE_FILE = "conf/card/suite.yaml"
 WORKTREE = Path("runs/campaign/worktree")
 LOCK_RETRIES = 120
 
@@ -403,18 +404,33 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
 
 
 def declared_elsewhere(jobs: list[Job], repo: Path, commit: str) -> dict[str, str]:
-    """group → why: the preset that declares its jobs (the card suite for the card's) differs between this checkout
-    and the pinned commit, where they train. The worktree's preset would make them other jobs (trials, never
-    recorded) or none: they wait for a pinned commit that has this declaration."""
+    """group → why: the preset that declares its jobs differs between this checkout and the pinned commit, where
+    they train, or the card suite declares its jobs otherwise there. The worktree would make them other jobs
+    (trials, never recorded) or none: they wait for a pinned commit that declares them so."""
     changed = set(git(repo, "diff", "--name-only", commit, "--", "conf/experiment", "conf/card").split())
+    theirs = _card_jobs_at(repo, commit) if SUITE_FILE in changed else {}
     out = {}
     for job in jobs:
-        path = "conf/card/suite.yaml" if job.table.startswith(f"{CARD}/") else f"conf/experiment/{job.source}.yaml"
-        if path in changed:
+        if job.table.startswith(f"{CARD}/"):
+            if SUITE_FILE in changed and theirs.get(job.key) != job.argv:   # a comment or `why` changes no job
+                for group in job.groups:
+                    out[group] = (f"{SUITE_FILE} here declares its jobs otherwise than at the pinned commit "
+                                  f"{commit[:7]}, where they train: commit it, and pin that commit")
+        elif (path := f"conf/experiment/{job.source}.yaml") in changed:
             for group in job.groups:
                 out[group] = (f"{path} here differs from the pinned commit {commit[:7]}'s, where its jobs train: "
                               "commit it, and pin that commit")
     return out
+
+
+def _card_jobs_at(repo: Path, commit: str) -> dict[str, list[str]]:
+    """The card's baseline jobs (key → train.py arguments) as the suite at ``commit`` declares them."""
+    from ropelab.analysis import card_suite
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "suite.yaml"
+        path.write_text(git(repo, "show", f"{commit}:{SUITE_FILE}"))
+        return {j.key: j.argv for j in card_jobs(card_suite.load(path))}
 
 
 def _resolved_precision(job: Job) -> str:
