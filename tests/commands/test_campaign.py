@@ -185,6 +185,21 @@ def test_a_preset_expands_to_hydras_job_names_once_per_variant():
     assert len(warmup) == 6   # γ 2 with and without the warm-up, 3 seeds (this task's part)
 
 
+def test_every_declared_job_folder_holds_one_computation():
+    jobs = c.declared()   # the project's own presets, card and claims
+    assert len({j.key for j in jobs}) == len(jobs)
+
+
+def test_one_folder_declared_at_two_settings_is_refused_and_at_one_is_one_job():
+    def job(source: str, steps: int, name: str = "name=short") -> c.Job:
+        return c.Job("shared", "seed=0", ["seed=0"], {"seed": 0, "trainer.max_steps": steps, "name": name}, source)
+
+    assert [j.source for j in c.one_per_folder([job("short", 100), job("variant", 100, "name=variant")])] == ["short"]
+    with pytest.raises(c.ConfigError, match=r"results/shared/seed=0 is declared by short and by long at different "
+                                            r"settings \(trainer\.max_steps\)"):
+        c.one_per_folder([job("short", 100), job("long", 200)])
+
+
 STAND_IN = """
 import pathlib, sys
 args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)

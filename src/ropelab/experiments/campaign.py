@@ -223,15 +223,26 @@ def declared(tables: list[str] | None = None, conf: Path = CONF_DIR, card: bool 
     jobs = [j for name, p in found.items() if not tables or table_of(p) in tables for j in preset_jobs(name, p)]
     if card and (not tables or CARD in tables):
         jobs += card_jobs()
-    unique: dict[str, Job] = {}
-    for job in jobs:   # a job two presets declare (a variant of one is the other's grid) is one job
-        unique.setdefault(job.key, job)
-    jobs = list(unique.values())
+    jobs = one_per_folder(jobs)
     claim_groups(jobs, conf)
     for job in jobs:
         if not job.groups:
             job.groups.append(f"table {job.source}")
     return jobs
+
+
+def one_per_folder(jobs: list[Job]) -> list[Job]:
+    """A job two presets declare (a variant of one is the other's grid) is one job; one folder declared at two
+    settings is a ConfigError: the second computation could never be recorded there."""
+    unique: dict[str, Job] = {}
+    for job in jobs:
+        first = unique.setdefault(job.key, job)
+        keys = sorted(set(first.values) | set(job.values))
+        if differ := [k for k in keys if not identity.bookkeeping(k)
+                      and str(first.values.get(k)) != str(job.values.get(k))]:
+            raise ConfigError(f"results/{job.key} is declared by {first.source} and by {job.source} at different "
+                              f"settings ({', '.join(differ[:4])}): give one of them its own record: table")
+    return list(unique.values())
 
 
 # ----------------------------------------------------------------------------------------------- records
