@@ -246,10 +246,12 @@ def test_a_record_reads_its_summary_config_metrics_and_identity(tmp_path):
     rec = record.read(_job(tmp_path / "job", summary, saved, "step,train/loss,val/acc\n0,2.0,\n9,1.0,0.9\n"))
     assert rec.completed and rec.final == {"val/acc": 0.9} and rec.seed == 7
     assert rec.config["pos.momentum.gamma"] == 0.5 and rec.config["task.depth"] == 3 and rec.saved_config == saved
-    assert rec.commit == "0123456" and rec.cpu == "CPU A"
+    assert rec.commit == "0123456" and rec.hardware == "CPU A"
     assert rec.identity == identity.of_record(summary, saved) and rec.identity["trainer.threads"] == 2
     assert "metrics" not in vars(rec), "metrics.csv is read on first use, not with the record"
     assert rec.metrics["train/loss"].tolist() == [2.0, 1.0] and rec.metrics["val/acc"].isna().tolist() == [True, False]
+    on_gpu = {**summary, "accelerator": "cuda", "machine": {**summary["machine"], "gpu": "GPU B"}}
+    assert record.read(_job(tmp_path / "gpu_job", on_gpu, saved, "step,train/loss\n0,2.0\n")).hardware == "GPU B"
 
 
 def test_a_record_gives_its_metrics_digits_as_written_and_may_be_read_as_another_config(tmp_path):
@@ -272,7 +274,7 @@ def test_missing_or_unreadable_parts_of_a_record_read_as_absent(tmp_path):
     broken = record.read(_job(tmp_path / "broken", "{not json", "task: [unclosed", ""))
     assert broken.summary is None and broken.saved_config is None and broken.metrics is None
     assert broken.status == "no summary" and not broken.completed and broken.config == {} and broken.seed is None
-    assert broken.identity is None and broken.commit == "unknown" and broken.cpu == "unknown"
+    assert broken.identity is None and broken.commit == "unknown" and broken.hardware == "unknown"
     started = record.read(_job(tmp_path / "started", {"status": "running", "seed": 3}))
     assert started.status == "running" and started.seed == 3 and started.metrics is None
 

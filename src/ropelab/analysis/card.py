@@ -495,7 +495,7 @@ def _machines(cards: list[TaskCard]) -> list[str]:
                     continue
                 counted.add(r.path.resolve())
                 m = r.summary.get("machine") or {}
-                key = ((m.get("cpu") or {}).get("model", "?"), (m.get("commit") or "?")[:7], m.get("torch", "?"))
+                key = (r.hardware, r.commit, m.get("torch", "?"))
                 seen[key] = seen.get(key, 0) + 1
     return [f"- {cpu}, torch {torch_}, commit {commit}: {n} records" for (cpu, commit, torch_), n in sorted(seen.items())]
 

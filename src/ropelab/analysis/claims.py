@@ -414,7 +414,7 @@ class Decided:
         else:
             parts = [", ".join(sorted({f"results/{r.table}" for r in recs})),
                      " / ".join(sorted({budget(r) for r in recs})),
-                     " / ".join(sorted({r.cpu for r in recs})),
+                     " / ".join(sorted({r.hardware for r in recs})),
                      "commit " + ", ".join(sorted({r.commit for r in recs}))]
             run = sorted({r.seed for r in recs} & planned)
             parts.append(f"seeds {_spans(run)} ({len(run)} of {len(planned)} planned)")

@@ -114,10 +114,11 @@ class Record:
         return str(self.machine.get("commit") or "unknown")[:7]
 
     @property
-    def cpu(self) -> str:
-        """The CPU kind the record ran on (its model name; the accelerator where no CPU was recorded)."""
-        return str((self.machine.get("cpu") or {}).get("model") or (self.summary or {}).get("accelerator")
-                   or "unknown")
+    def hardware(self) -> str:
+        """What the record trained on: its GPU, else its CPU's model name (the accelerator where neither was
+        recorded)."""
+        return str(self.machine.get("gpu") or (self.machine.get("cpu") or {}).get("model")
+                   or (self.summary or {}).get("accelerator") or "unknown")
 
     @property
     def identity(self) -> dict[str, Any] | None:
