@@ -276,6 +276,25 @@ def test_a_group_whose_records_this_machine_would_not_pair_with_is_held_and_not_
     assert "held here" in c.plan_text(plan, kept) and "claim other-kind: its 1 records" in c.plan_text(plan, kept)
 
 
+def test_a_group_of_a_kind_a_kind_check_joins_runs_here_at_the_precision_auto_gave_its_records(tmp_path, monkeypatch):
+    here = _summary("avx512_bf16", "")["machine"]   # auto would be bf16 here; the records ran at fp32 on avx2
+    jobs = jobs_of({"claim fp32 group": [0, 1], "claim unjoined": [0, 1]})
+    recorded = {"fake/g=claim fp32 group,seed=0": _summary("avx2", "aaaaaaa"),
+                "fake/g=claim unjoined,seed=0": _summary("amx_bf16", "aaaaaaa")}
+    check = tmp_path / "results" / "kind_check" / "avx2__avx512"
+    check.mkdir(parents=True)
+    kinds = ["AMD EPYC [avx2] torch 2.13.0+cpu", "AMD EPYC [avx512_bf16] torch 2.13.0+cpu"]
+    (check / "summary.json").write_text(json.dumps({"status": "completed", "kinds": kinds, "bounded": True}))
+    kept = c.held(jobs, set(recorded), recorded, "aaaaaaa" + "0" * 33, tmp_path / "results", here=here)
+    assert sorted(kept) == ["claim unjoined"]
+    left = next(j for j in jobs if j.name == "g=claim fp32 group,seed=1")
+    assert left.env == {"ROPELAB_AUTO_PRECISION": "32-true"}
+    from ropelab.core import machine
+    monkeypatch.setenv("ROPELAB_AUTO_PRECISION", "32-true")
+    monkeypatch.setattr(machine, "native_bf16_cpu", lambda: True)
+    assert machine.choose("cpu", "auto")[1] == "32-true" and machine.choose("cpu", "bf16-mixed")[1] == "bf16-mixed"
+
+
 def test_a_group_whose_preset_here_differs_from_the_pinned_commits_is_held(repo):
     preset = repo / "conf" / "experiment" / "grid.yaml"
     preset.parent.mkdir(parents=True)

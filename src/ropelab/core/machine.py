@@ -18,6 +18,11 @@ import torch
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout: src/ropelab/core/machine.py
 
+# What ``auto`` precision resolves to on the CPU, set by a campaign that finishes a group whose records ran on
+# another CPU kind (joined by a committed kind check) at the precision auto chose there: its jobs keep their names
+# and compute as the group did; the resolved precision is recorded in each summary's identity as always.
+AUTO_PRECISION_ENV = "ROPELAB_AUTO_PRECISION"
+
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")
 
 
@@ -91,6 +96,8 @@ def choose(accelerator: str, precision: str) -> tuple[str, str, str]:
         return device, precision, "as configured"
     if device == "cuda":
         return device, "bf16-mixed", "auto: CUDA"
+    if (pinned := os.environ.get(AUTO_PRECISION_ENV)) in ("32-true", "bf16-mixed"):
+        return device, pinned, f"auto: {AUTO_PRECISION_ENV}={pinned} (as the records of this job's group)"
     if native_bf16_cpu():
         return device, "bf16-mixed", f"auto: CPU has native bf16 ({', '.join(cpu()['flags'])})"
     return device, "32-true", "auto: CPU has no native bf16 (it would run in software)"

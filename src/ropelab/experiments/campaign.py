@@ -76,6 +76,7 @@ class Job:
     source: str                 # the preset (or card/<task>) that declares it
     groups: list[str] = field(default_factory=list)
     cost: float = 0.0           # estimated CPU-seconds
+    env: dict[str, str] = field(default_factory=dict)   # what its process is started with (the pinned precision)
 
     @property
     def key(self) -> str:
@@ -390,6 +391,13 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
         ours = [{"machine": {**here, "commit": pinned}, "identity": {**settings, "trainer.precision": precision}}
                 for precision in precisions]
         pairing = identity.pairable([*records, *ours], results)
+        if set(pairing.failed) == {"settings"} and (theirs := _records_precision(records, left, here)):
+            # a kind check joins the records' kind to this one: its jobs run here at the precision auto gave them
+            pinned_ours = [{**ours[0], "identity": {**settings, "trainer.precision": theirs}}]
+            if identity.pairable([*records, *pinned_ours], results).ok:
+                for job in left:
+                    job.env = {machine.AUTO_PRECISION_ENV: theirs}
+                continue
         table = its[0].table   # what reproduce reads; --jobs-from names the card's tables "card"
         theirs, mine = [identity.of_record(s) for s in records], [o["identity"] for o in ours]
         keys = identity.varying([*theirs, *mine])
@@ -442,6 +450,19 @@ def _card_jobs_at(repo: Path, commit: str) -> dict[str, list[str]]:
         path = Path(scratch) / "suite.yaml"
         path.write_text(git(repo, "show", f"{commit}:{SUITE_FILE}"))
         return {j.key: j.argv for j in card_jobs(card_suite.load(path))}
+
+
+def _records_precision(records: list[dict], left: list[Job], here: dict) -> str | None:
+    """The one precision ``auto`` resolved to for every record of a group, where this CPU can run it and the jobs
+    left ask for ``auto``; else None."""
+    from ropelab.core import machine
+
+    ran = {identity.of_record(r).get("trainer.precision") for r in records}
+    if len(ran) != 1 or any(str(j.values.get("trainer.precision", "auto")) != "auto" for j in left):
+        return None
+    precision = ran.pop()
+    native = bool({"avx512_bf16", "amx_bf16"} & set((here.get("cpu") or {}).get("flags") or []))
+    return precision if precision == "32-true" or (precision == "bf16-mixed" and native) else None
 
 
 def _resolved_precision(job: Job) -> str:
@@ -544,10 +565,11 @@ def run(jobs: list[Job], plan: list[tuple[str, list[Job], float]], repo: Path, t
                 out = logs / job.table / f"{job.name}.log"
                 out.parent.mkdir(parents=True, exist_ok=True)
                 handle = open(out, "w")
-                proc = subprocess.Popen(command(job, tree, passthrough), cwd=tree, env=env, stdout=handle,
-                                        stderr=subprocess.STDOUT)
+                proc = subprocess.Popen(command(job, tree, passthrough), cwd=tree, env={**env, **job.env},
+                                        stdout=handle, stderr=subprocess.STDOUT)
                 running[proc] = (group, job, time.time(), handle)
-                log(f"start {job.key} [{group}]")
+                pinned = f" (auto precision as its group's records: {', '.join(job.env.values())})" if job.env else ""
+                log(f"start {job.key} [{group}]{pinned}")
             time.sleep(0.2)
             for proc in [p for p in running if p.poll() is not None]:
                 group, job, t0, handle = running.pop(proc)
