@@ -30,6 +30,7 @@ from ropelab.analysis.report.sweep import SCHEME_ORDER
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import first_step_at, metric_curve
 from ropelab.analysis.verdict import paired, render
+from ropelab.core import identity
 from ropelab.core.record import Record
 import tasks
 
@@ -465,7 +466,8 @@ def ranking(suite: Suite, cards: list[TaskCard], extra: Column | None = None, se
     table = pd.DataFrame({"scheme": labels, "mean rank": point, "95 % interval": [f"[{a:.2f}, {b:.2f}]" for a, b in
                                                                                  zip(low, high)],
                           "P(ranked first)": best, "tasks": len(per_task)})
-    return table.sort_values("mean rank", kind="stable").reset_index(drop=True)
+    return table.sort_values("mean rank", kind="stable").reset_index(drop=True).round({"mean rank": 2,
+                                                                                   "P(ranked first)": 2})
 
 
 # ----------------------------------------------------------------------------------------------- writing
@@ -494,10 +496,9 @@ def _machines(cards: list[TaskCard]) -> list[str]:
                 if r.path.resolve() in counted:
                     continue
                 counted.add(r.path.resolve())
-                m = r.summary.get("machine") or {}
-                key = (r.hardware, r.commit, m.get("torch", "?"))
+                key = (identity.kind_of(r.summary), r.commit)
                 seen[key] = seen.get(key, 0) + 1
-    return [f"- {cpu}, torch {torch_}, commit {commit}: {n} records" for (cpu, commit, torch_), n in sorted(seen.items())]
+    return [f"- {kind}, commit {commit}: {n} records" for (kind, commit), n in sorted(seen.items())]
 
 
 def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, options: dict[str, str],
@@ -536,9 +537,7 @@ def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, 
         md += ["## Ranking", "", "Mean rank over the compared tasks (1 = best in distribution); 95 % bootstrap "
                f"interval over seeds ({BOOTSTRAP} draws, seeds resampled per task, the same for every scheme); a scheme "
                "without records on every compared task is left out.", "",
-               markdown_table(ranks.assign(**{"mean rank": ranks["mean rank"].round(2),
-                                              "P(ranked first)": ranks["P(ranked first)"].round(2)})
-                              .set_index("scheme"), "scheme"), ""]
+               markdown_table(ranks.set_index("scheme"), "scheme"), ""]
     md += ["## Machines and code", "", *(_machines(cards) or ["- no records"]), ""]
     path = out / f"{stem}.md"
     path.write_text("\n".join(md))
