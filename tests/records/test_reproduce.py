@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, TINY, train_here
-from ropelab.core import identity
+from ropelab.core import identity, machine
 from ropelab.experiments import reproduce
 
 sys.path.insert(0, str(ROOT / "tools"))
@@ -94,7 +94,7 @@ def test_the_kind_check_bounds_what_the_kind_moves_and_the_rule_reads_it(table, 
     made = json.loads((table / "pos=rope,seed=0" / "summary.json").read_text())
     here = {**made, "machine": {**made["machine"], "cpu": {"model": "Here", "flags": ["avx2"]}}}
     here["machine"]["torch"] = check["kinds"][1].rsplit(" torch ", 1)[1]
-    here["machine"]["cpu"] = {"model": check["kinds"][1].split(" [")[0], "flags": ["avx2"]}
+    here["machine"]["cpu"] = machine.cpu()   # this machine, whatever its kind
     other = json.loads((table / "pos=rope,seed=1" / "summary.json").read_text())
     pairing = identity.pairable([other, here], results)
     assert pairing.ok is check["bounded"]
