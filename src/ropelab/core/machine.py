@@ -42,10 +42,15 @@ def cpu() -> dict:
     return {"model": model, "flags": [f for f in SPEED_FLAGS if f in flags]}
 
 
+def native_bf16(flags) -> bool:
+    """A CPU with these flags runs bf16 matmuls in hardware (AVX-512-bf16 or AMX), not in a software path ~27x slower
+    than fp32."""
+    return bool(set(flags) & {"avx512_bf16", "amx_bf16"})
+
+
 def native_bf16_cpu() -> bool:
-    """bf16 matmuls run in hardware (AVX-512-bf16 or AMX), not in a software path ~27x slower than fp32."""
-    flags = set(cpu()["flags"])
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    """This machine's CPU runs bf16 matmuls in hardware (``native_bf16``)."""
+    return native_bf16(cpu()["flags"])
 
 
 @functools.cache

@@ -238,6 +238,8 @@ def one_per_folder(jobs: list[Job]) -> list[Job]:
     unique: dict[str, Job] = {}
     for job in jobs:
         first = unique.setdefault(job.key, job)
+        if first is job:
+            continue
         keys = sorted(set(first.values) | set(job.values))
         if differ := [k for k in keys if not identity.bookkeeping(k)
                       and str(first.values.get(k)) != str(job.values.get(k))]:
@@ -391,12 +393,12 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
         ours = [{"machine": {**here, "commit": pinned}, "identity": {**settings, "trainer.precision": precision}}
                 for precision in precisions]
         pairing = identity.pairable([*records, *ours], results)
-        if set(pairing.failed) == {"settings"} and (theirs := _records_precision(records, left, here)):
+        if set(pairing.failed) == {"settings"} and (ran_at := _records_precision(records, left, here)):
             # a kind check joins the records' kind to this one: its jobs run here at the precision auto gave them
-            pinned_ours = [{**ours[0], "identity": {**settings, "trainer.precision": theirs}}]
-            if identity.pairable([*records, *pinned_ours], results).ok:
+            at_theirs = {**ours[0], "identity": {**settings, "trainer.precision": ran_at}}
+            if identity.pairable([*records, at_theirs], results).ok:
                 for job in left:
-                    job.env = {machine.AUTO_PRECISION_ENV: theirs}
+                    job.env = {machine.AUTO_PRECISION_ENV: ran_at}
                 continue
         table = its[0].table   # what reproduce reads; --jobs-from names the card's tables "card"
         theirs, mine = [identity.of_record(s) for s in records], [o["identity"] for o in ours]
@@ -461,7 +463,7 @@ def _records_precision(records: list[dict], left: list[Job], here: dict) -> str 
     if len(ran) != 1 or any(str(j.values.get("trainer.precision", "auto")) != "auto" for j in left):
         return None
     precision = ran.pop()
-    native = bool({"avx512_bf16", "amx_bf16"} & set((here.get("cpu") or {}).get("flags") or []))
+    native = machine.native_bf16((here.get("cpu") or {}).get("flags") or [])
     return precision if precision == "32-true" or (precision == "bf16-mixed" and native) else None
 
 
