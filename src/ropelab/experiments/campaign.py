@@ -429,7 +429,8 @@ def declared_elsewhere(jobs: list[Job], repo: Path, commit: str) -> dict[str, st
     they train, or the card suite declares its jobs otherwise there. The worktree would make them other jobs
     (trials, never recorded) or none: they wait for a pinned commit that declares them so."""
     changed = set(git(repo, "diff", "--name-only", commit, "--", "conf/experiment", "conf/card").split())
-    theirs = _card_jobs_at(repo, commit) if SUITE_FILE in changed else {}
+    cards = SUITE_FILE in changed and any(job.table.startswith(f"{CARD}/") for job in jobs)
+    theirs = _card_jobs_at(repo, commit) if cards else {}
     out = {}
     for job in jobs:
         if job.table.startswith(f"{CARD}/"):
@@ -450,7 +451,10 @@ def _card_jobs_at(repo: Path, commit: str) -> dict[str, list[str]]:
 
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "suite.yaml"
-        path.write_text(git(repo, "show", f"{commit}:{SUITE_FILE}"))
+        suite = git(repo, "show", f"{commit}:{SUITE_FILE}", check=False)
+        if not suite:   # a commit before the card declares none of its jobs
+            return {}
+        path.write_text(suite)
         return {j.key: j.argv for j in card_jobs(card_suite.load(path))}
 
 

@@ -9,8 +9,7 @@ baselines (every scheme of conf/pos/ at its defaults, on the same setting and se
 ``score`` checks the scheme, the tasks and every override before anything trains (one line naming the bad one and
 the valid choices), then trains only the missing jobs of that scheme through the normal Hydra multirun
 (``train.py -m task=… <setting> pos=… seed=…``) into ``results/card/<task>/<job>``: recorded jobs are skipped, a job
-whose very config a committed record of another table holds is linked to it (as results/pope_baselines links the
-ladder's rope and pope), code_lm's runs are evaluated at 1×, 2×, 4×, 8× their window (``extrapolation.csv`` in the
+whose very config a committed record of another table holds is linked to it, code_lm's runs are evaluated at 1×, 2×, 4×, 8× their window (``extrapolation.csv`` in the
 record, from the run's checkpoint). The card is then written from the records alone (``ropelab.analysis.card``).
 Overrides under ``pos.`` (momentum: ``pos.momentum.gamma=0.5``) make a card of that scheme with those options; how
 a job runs (threads, compile, launcher) changes nothing; anything else (a budget, a model size) makes a trial:
