@@ -150,6 +150,15 @@ def test_estimate_is_robust_to_a_slow_outlier():
     assert jobs[0].cost == pytest.approx(3 * 1.05, rel=0.01)
 
 
+def test_estimate_counts_a_resumed_run_by_the_steps_it_ran_and_leaves_gpu_records_out():
+    jobs = jobs_of({"a": [9]})
+    recorded = {"fake/g=a,seed=0": {"wall_seconds": 10.0, "steps": 40, "resumed_from_step": 30},
+                "fake/g=a,seed=1": {"wall_seconds": 10.0, "steps": 10},
+                "fake/g=a,seed=2": {"wall_seconds": 0.1, "steps": 10, "machine": {"gpu": "NVIDIA H200"}}}
+    c.estimate(jobs, recorded)
+    assert jobs[0].cost == pytest.approx(jobs[0].steps * 1.0)
+
+
 def test_bad_inputs_each_one_line_and_nothing_trains(repo, monkeypatch, capsys):
     monkeypatch.chdir(repo)
     assert c.main(["--tables", "nosuch"]) == 2
@@ -309,6 +318,21 @@ def test_a_group_whose_preset_here_differs_from_the_pinned_commits_is_held(repo)
     assert c.declared_elsewhere(jobs, repo, pinned) == {
         "table grid": f"conf/experiment/grid.yaml here differs from the pinned commit {pinned[:7]}'s, where its jobs "
                       "train: commit it, and pin that commit"}
+
+
+def test_a_pinned_commit_older_than_the_card_suite_holds_its_card_groups_and_plans_the_tables(repo):
+    from conftest import ROOT
+    from ropelab.analysis import card_suite
+
+    pinned = git(repo, "rev-parse", "HEAD")   # no suite here yet
+    suite = repo / c.SUITE_FILE
+    suite.parent.mkdir(parents=True)
+    suite.write_text((ROOT / c.SUITE_FILE).read_text())
+    table = [c.Job("t", "seed=0", [], {"seed": 0}, "grid", groups=["table grid"])]
+    assert c.declared_elsewhere(table, repo, pinned) == {}
+    card = c.card_jobs(card_suite.load(suite))
+    held = c.declared_elsewhere(card, repo, pinned)
+    assert set(held) == {g for j in card for g in j.groups} and held
 
 
 def test_a_worktree_moves_to_a_commit_that_holds_its_records_merged_and_keeps_the_others(repo, tmp_path):

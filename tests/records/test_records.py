@@ -192,39 +192,6 @@ def test_report_compares_single_runs_side_by_side(tmp_path):
         report.main([str(tmp_path / "single" / "a_rope"), str(tmp_path / "nothing")])
 
 
-def test_a_linked_record_is_the_job_its_table_would_train():
-    """A table may link another table's record instead of retraining it (results/pope_baselines → the batch-256
-    ladder's rung-1 rope and pope; its sweep skips them as recorded): every committed link resolves to a record, and
-    its resolved config is the one the linking table's preset composes for that job, but for the preset's own name
-    and record keys and how it ran."""
-    from omegaconf import OmegaConf
-
-    from conftest import ROOT
-    from ropelab.core.config import compose, flatten
-
-    links = sorted(p for p in (ROOT / "results").glob("*/*") if p.is_symlink())
-    for link in links:
-        assert (link / "summary.json").is_file() and (link / "config.yaml").is_file(), f"{link} is a broken link"
-        assert runs.recorded(link), f"{link}: a sweep would not skip it as recorded"
-        overrides = [f"experiment={link.parent.name}", *link.name.split(",")]
-        wanted = flatten(OmegaConf.to_container(compose(overrides), resolve=True))
-        kept = flatten(yaml.safe_load((link / "config.yaml").read_text()))
-        differ = {k for k in set(wanted) | set(kept) if wanted.get(k) != kept.get(k)}
-        # how it ran (threads, progress lines; optim.fused arrived after the ladder: its records trained unfused)
-        how = {"trainer.threads", "trainer.progress", "optim.fused"}
-        own = {"name", "record", "record_also", "variants", "needs_checkpoint"}
-        # where the logger class lives (ropelab.loggers, kept importable for such records, is now ropelab.core.loggers)
-        how |= {k for k in differ if k.startswith("logger.") and k.endswith("._target_")}
-        # momentum options that arrived after the record: absent there, and off here, as they were then
-        later = {k for k in differ if k.startswith("pos.momentum.") and k not in kept}
-        assert not wanted["pos.momentum.adaptive.enabled"] and not wanted["pos.momentum.normalize"]
-        assert not wanted["pos.momentum.warmup_steps"]
-        assert differ - later <= own | how, f"{link.name}: {sorted(differ)} differ"
-    assert len(links) >= 6
-
-
-# ----------------------------------------------------------------------------- the one record reader
-
 def _job(folder, summary=None, config=None, metrics=None):
     folder.mkdir(parents=True)
     if summary is not None:

@@ -5,7 +5,6 @@ import json
 import re
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -190,14 +189,12 @@ def test_a_committed_record_of_an_unfused_table_reads_unfused():
     assert found["optim.fused"] is False and found["trainer.threads"] == 1 and found["trainer.compile"] is False
 
 
-def test_pope_baselines_is_reported_mixed():
-    """Its rope and pope rows link the batch-256 ladder's unfused records; its own jobs ran fused."""
+def test_pope_baselines_is_one_computation():
+    """Its rope and pope rows no longer link the batch-256 ladder's unfused records (another computation): every
+    record it holds ran fused."""
     counts = identity.table(ROOT / "results" / "pope_baselines")
-    fused = Counter()
-    for key, n in counts.items():
-        fused[dict(key)["optim.fused"]] += n
-    assert fused[True] and fused[False]
-    assert identity.describe(counts).startswith("mixed: ") and "optim.fused=" in identity.describe(counts)
+    assert {dict(key)["optim.fused"] for key in counts} == {True}
+    assert not identity.describe(counts).startswith("mixed: ")
 
 
 def test_a_job_computing_otherwise_than_its_table_is_a_trial(table):

@@ -324,6 +324,7 @@ def commit_record(repo: Path, branch: str, base: str, folder: Path, rel: str, me
 
 def _per_step(summary: dict) -> float | None:
     wall, steps = summary.get("wall_seconds"), summary.get("steps") or summary.get("max_steps")
+    steps = steps and steps - (summary.get("resumed_from_step") or 0)   # a resumed run's wall time is its tail's
     return wall / steps if wall and steps else None
 
 
@@ -337,7 +338,7 @@ def estimate(jobs: list[Job], recorded: dict[str, dict]) -> None:
     every: list[float] = []
     for key, summary in recorded.items():
         rate = _per_step(summary)
-        if rate is None:
+        if rate is None or (summary.get("machine") or {}).get("gpu"):   # a GPU's seconds are not CPU-seconds
             continue
         table, _, name = key.rpartition("/")
         by_setting.setdefault((table, _unseeded(name)), []).append(rate)
