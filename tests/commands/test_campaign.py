@@ -328,6 +328,7 @@ def test_a_pinned_commit_older_than_the_card_suite_holds_its_card_groups_and_pla
     suite = repo / c.SUITE_FILE
     suite.parent.mkdir(parents=True)
     suite.write_text((ROOT / c.SUITE_FILE).read_text())
+    git(repo, "add", c.SUITE_FILE)   # tracked here, absent at the pinned commit
     table = [c.Job("t", "seed=0", [], {"seed": 0}, "grid", groups=["table grid"])]
     assert c.declared_elsewhere(table, repo, pinned) == {}
     card = c.card_jobs(card_suite.load(suite))
