@@ -94,6 +94,27 @@ def test_a_record_written_but_not_committed_before_a_stop_is_committed_at_the_ne
     assert "results/fake/g=a,seed=0/summary.json" in git(repo, "ls-tree", "-r", "--name-only", c.BRANCH)
 
 
+def test_a_record_the_pinned_commit_holds_is_never_salvaged_even_where_main_dropped_it(repo):
+    """A worktree at an older pin holds that commit's records (here a link into another table, since unlinked on
+    main): they are not this campaign's outputs and stay off the branch."""
+    (repo / "results" / "other" / "g=a,seed=0").mkdir(parents=True)
+    subprocess.run([sys.executable, "-c", FAKE, "other", "g=a,seed=0", "completed"], cwd=repo, check=True)
+    (repo / "results" / "fake").mkdir()
+    (repo / "results" / "fake" / "g=a,seed=0").symlink_to("../other/g=a,seed=0")
+    (repo / "results" / "fake" / "g=a,seed=1").mkdir()
+    subprocess.run([sys.executable, "-c", FAKE, "fake", "g=a,seed=1", "completed"], cwd=repo, check=True)
+    git(repo, "add", "results")
+    git(repo, "commit", "-q", "-m", "a linked record and a copied one")
+    pinned = git(repo, "rev-parse", "HEAD")
+    git(repo, "rm", "-q", "-r", "results/fake")
+    git(repo, "commit", "-q", "-m", "main drops them")
+    tree = c.worktree(repo, Path("wt"), pinned)
+    done: set[str] = set()
+    c.salvage(jobs_of({"a": [0, 1]}), done, repo, tree, c.BRANCH, pinned, log=lambda _: None)
+    assert done == set()
+    assert subprocess.run(["git", "rev-parse", "--verify", "-q", c.BRANCH], cwd=repo).returncode != 0
+
+
 STOPPED = """
 import sys
 from pathlib import Path

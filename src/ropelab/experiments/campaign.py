@@ -637,10 +637,13 @@ def out_rel(tree: Path, job: Job) -> str:
 def salvage(jobs: list[Job], done: set[str], repo: Path, tree: Path, branch: str, commit: str,
             log: Callable[[str], None] = print) -> None:
     """Commit records the worktree holds but the branch lacks (a campaign killed between its job's end and the
-    commit)."""
+    commit). A record the pinned commit itself holds is no output of this campaign, even where main has dropped it
+    since (a link to another table's record, unlinked): it is never salvaged."""
     for job in jobs:
         record = tree / "results" / job.table / job.name
-        if job.key not in done and read_record(record).completed:
+        if job.key in done or record.is_symlink() or git(tree, "ls-files", f"results/{job.table}/{job.name}"):
+            continue
+        if read_record(record).completed:
             commit_record(repo, branch, commit, record, f"results/{job.table}/{job.name}",
                           f"records: {job.table}/{job.name} (campaign, commit {commit[:7]})")
             done.add(job.key)
