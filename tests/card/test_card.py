@@ -309,6 +309,42 @@ def test_tiers_name_their_tasks_and_an_unknown_tier_is_one_line(tmp_path):
     assert card_suite.load().tier("quick") == ["dyck3", "mod_arith", "assoc_recall", "global_counting"]
 
 
+def test_a_tier_other_than_full_reads_the_suite_at_its_fewest_seeds(tmp_path):
+    """The quick tier's card trains and compares the first ``seeds`` only, whatever the plan's n: it is the card a
+    user waits for; the full suite keeps the plan's n."""
+    path = tmp_path / "suite.yaml"
+    path.write_text(SUITE.replace("rule:", "tiers: {quick: [mod_arith]}\nrule:").replace("plan: {}",
+                                                                                          "plan: {mod_arith: {n: 5}}"))
+    loaded = card_suite.load(path)
+    assert loaded.seeds_for("mod_arith") == [200, 201, 202, 203, 204]
+    assert loaded.for_tier("full") is loaded and loaded.for_tier("") is loaded
+    quick = loaded.for_tier("quick")
+    assert quick.seeds_for("mod_arith") == [200, 201, 202] and quick.tasks == loaded.tasks
+    req = card.request("pope", "mod_arith", "", quick)
+    assert [j.seed for j in card.plan_jobs(req, tmp_path / "results")] == [200, 201, 202]
+    with pytest.raises(ConfigError, match="--tier slow: no such tier"):
+        loaded.for_tier("slow")
+
+
+def test_card_jobs_resolve_auto_precision_as_their_baselines_did(suite, records, monkeypatch):
+    """One computation with the baselines: a card job's ``auto`` takes the baselines' one precision where this CPU
+    runs it (32-true anywhere; bf16-mixed only with native bf16); a precision the user sets is left alone."""
+    from ropelab.core import machine
+
+    for folder in (records / "mod_arith").iterdir():
+        summary = json.loads((folder / "summary.json").read_text())
+        summary["identity"] = {"trainer.precision": "32-true"}
+        (folder / "summary.json").write_text(json.dumps(summary))
+    req = card.request("pope", "mod_arith", "", suite)
+    assert card.baselines_precision(req, req.specs[0], records) == {machine.AUTO_PRECISION_ENV: "32-true"}
+    req = card.request("pope", "mod_arith", "trainer.precision=bf16-mixed", suite)
+    assert card.baselines_precision(req, req.specs[0], records) == {}
+    assert machine.auto_precision_as(["bf16-mixed"], ["avx2"]) is None
+    assert machine.auto_precision_as(["bf16-mixed"], ["avx512_bf16"]) == "bf16-mixed"
+    assert machine.auto_precision_as(["32-true", "bf16-mixed"], ["amx_bf16"]) is None
+    assert machine.auto_precision_as(["32-true"], []) == "32-true"
+
+
 def test_the_plan_runs_a_pilot_of_five_seeds_where_the_sd_rests_on_fewer():
     planned = card.plan(card_suite.load(), write=False, log=lambda _: None)
     pilots = [p for p in planned.values() if "source_seeds" in p and len(p["source_seeds"]) < card.PILOT]

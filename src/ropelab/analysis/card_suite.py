@@ -5,7 +5,7 @@ records (``write_plan``). Reading it checks every key, so a typo is one line nam
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,14 @@ class Suite:
         if name not in self.tiers:
             raise ConfigError(f"--tier {name}: no such tier: choose from {', '.join(['full', *self.tiers])}")
         return list(self.tiers[name])
+
+    def for_tier(self, name: str) -> "Suite":
+        """The suite a tier's card reads: ``full`` as planned; any other tier at the fewest seeds (``seeds``) on its
+        own tasks, so that its card fits the time a user has (its MDE per task, larger, is on the card)."""
+        if name in ("", "full"):
+            return self
+        self.tier(name)   # an unknown tier is one line
+        return replace(self, plan={t: {**p, "n": len(self.seeds)} for t, p in self.plan.items()})
 
     def seeds_for(self, task: str) -> list[int]:
         """The task's seeds: as many as its plan's n (the first ``seeds`` on, consecutive), else ``seeds``."""

@@ -48,6 +48,17 @@ def native_bf16(flags) -> bool:
     return bool(set(flags) & {"avx512_bf16", "amx_bf16"})
 
 
+def auto_precision_as(precisions, flags) -> str | None:
+    """The precision ``auto`` takes (``AUTO_PRECISION_ENV``) so that a job computes as records that ran at
+    ``precisions`` did: their one precision, where a CPU with ``flags`` runs it in hardware (32-true anywhere,
+    bf16-mixed with native bf16); None where they ran at several, or this CPU cannot."""
+    ran = set(precisions)
+    if len(ran) != 1:
+        return None
+    precision = ran.pop()
+    return precision if precision == "32-true" or (precision == "bf16-mixed" and native_bf16(flags)) else None
+
+
 def native_bf16_cpu() -> bool:
     """This machine's CPU runs bf16 matmuls in hardware (``native_bf16``)."""
     return native_bf16(cpu()["flags"])

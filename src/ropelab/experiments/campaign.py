@@ -464,12 +464,10 @@ def _records_precision(records: list[dict], left: list[Job], here: dict) -> str 
     left ask for ``auto``; else None."""
     from ropelab.core import machine
 
-    ran = {identity.of_record(r).get("trainer.precision") for r in records}
-    if len(ran) != 1 or any(str(j.values.get("trainer.precision", "auto")) != "auto" for j in left):
+    if any(str(j.values.get("trainer.precision", "auto")) != "auto" for j in left):
         return None
-    precision = ran.pop()
-    native = machine.native_bf16((here.get("cpu") or {}).get("flags") or [])
-    return precision if precision == "32-true" or (precision == "bf16-mixed" and native) else None
+    return machine.auto_precision_as((identity.of_record(r).get("trainer.precision") for r in records),
+                                     (here.get("cpu") or {}).get("flags") or [])
 
 
 def _resolved_precision(job: Job) -> str:

@@ -264,6 +264,20 @@ def extrapolate(req: Request, job: Job, results: Path, log=print) -> bool:
     return True
 
 
+def baselines_precision(req: Request, spec: TaskSpec, results: Path) -> dict[str, str]:
+    """The environment that has ``auto`` precision resolve as it did for the task's baselines (one precision, that
+    this CPU runs), so that the card's jobs are one computation with them; {} where the request sets a precision
+    or the baselines leave auto to decide."""
+    from ropelab.core import machine
+
+    if "trainer.precision" in req.trial or any(line.startswith("trainer.precision=") for line in req.how):
+        return {}
+    ran = [identity.of_record(r.summary).get("trainer.precision")
+           for r in card_records.records_under(results / spec.name) if r.completed]
+    precision = machine.auto_precision_as(ran, machine.cpu()["flags"]) if ran else None
+    return {machine.AUTO_PRECISION_ENV: precision} if precision else {}
+
+
 def train_missing(req: Request, results: Path, dry_run: bool = False, log=print) -> int:
     """Train (or link) what the request lacks; 0 when every job ended recorded."""
     jobs = plan_jobs(req, results)
@@ -290,7 +304,7 @@ def train_missing(req: Request, results: Path, dry_run: bool = False, log=print)
                                                           for c in cmd[1:]]]))
         if dry_run:
             continue
-        if subprocess.run(cmd).returncode != 0:
+        if subprocess.run(cmd, env={**os.environ, **baselines_precision(req, spec, results)}).returncode != 0:
             status = 1
         for job in todo:
             if spec.extrapolation and record.read(records_root(req, results) / spec.name / job.name).completed:
@@ -443,10 +457,10 @@ def cost(suite: Suite, log=print) -> pd.DataFrame:
              f"{fewest} seeds each": (table["wall_s"].sum() * fewest / 3600,
                                       table.groupby("task", sort=False)["wall_s"].mean().sum() * fewest / 3600)}
     per_card = (table.groupby("task", sort=False)["job_s"].mean() / 3600).round(2)
-    for tier, names in suite.tiers.items():
-        minutes = 60 * per_card[[n for n in names if n in per_card.index]].sum()
-        hours[f"tier {tier} ({', '.join(names)})"] = (
-            table[table["task"].isin(names)]["job_s"].sum() / 3600, minutes / 60)
+    for tier, names in suite.tiers.items():   # a tier's card at the fewest seeds (Suite.for_tier)
+        rows = table[table["task"].isin(names)]
+        hours[f"tier {tier} ({', '.join(names)}) at {fewest} seeds"] = (
+            rows["job_s"].sum() / 3600, rows.groupby("task", sort=False)["wall_s"].mean().sum() * fewest / 3600)
     seeds = ", ".join(f"{t} {len(suite.seeds_for(t))}" for t in table["task"].unique())
     lines = [markdown_table(table.assign(wall_s=table["wall_s"].round(0), job_s=table["job_s"].round(0))
                             .set_index("task"), "task"), ""]
@@ -501,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         suite = card_suite.load(args.suite)
         if args.command == "score":
             tasks = args.tasks or (suite.tier(args.tier) if args.tier else None)
+            suite = suite.for_tier(args.tier)
             return score(request(args.pos, tasks, args.args, suite), args.results, args.dry_run,
                          train=not args.no_train, tier=args.tier or ("" if args.tasks else "full"))
         if args.command == "readme":
