@@ -116,7 +116,7 @@ def test_the_card_from_synthetic_records_pairs_by_seed(suite, records, tmp_path)
     # six schemes of conf/pos/ have no baseline records here: no best baseline is named over missing ones
     text = path.read_text()
     assert "rope: 53.0 ± 3.0 (n=3)" not in text and "bifocal" in text and "lack planned seeds" in text
-    assert "reproduced" not in text and "3 of 3 · " in text   # a card's words; n of the planned and the MDE
+    assert "reproduced" not in text and "| 3 · " in text   # a card's words; n (all planned) and the MDE
     code = numbers[(numbers["task"] == "code_lm") & (numbers["against"] == "rope")].iloc[0]
     assert code["diff"] == pytest.approx(sum(p - r for p, r in zip(LOSS["pope"], LOSS["rope"])) / 3, abs=1e-9)
     assert "not calibrated: no calibration grid" in text  # mean_pooling says nothing
@@ -124,6 +124,9 @@ def test_the_card_from_synthetic_records_pairs_by_seed(suite, records, tmp_path)
     ranks = card_report.ranking(suite, [card_report.task_card(suite, s, records, "pope", {})
                                         for s in suite.select(None)])
     assert list(ranks["scheme"]) == ["pope", "rope", "alibi"] and list(ranks["mean rank"]) == [1.0, 2.0, 3.0]
+    shutil.rmtree(records / "mod_arith" / "pos=pope,seed=202,task=mod_arith")   # the scheme short of its n
+    text = card_report.write_card(suite, suite.select(None), records, "pope", {}, [], records, out).read_text()
+    assert "| 2 of 3 · " in text
 
 
 def test_a_card_refuses_records_of_two_commits_no_equivalence_record_joins(suite, records, tmp_path):

@@ -345,7 +345,7 @@ def task_rows(card: TaskCard, label: str) -> list[dict]:
         achieved = f"{v.mde:.{digits}f}{row['unit']}" if v.mde is not None else "–"
         out.append({"task": spec.name, "metric": f"{row['metric']} ({row['what']})", label: mine, "rope": rope,
                     f"{label} − rope": card_render(row["vs_rope"], unit=row["unit"]),
-                    "n · MDE": f"{v.n} of {v.planned} · {achieved}",
+                    "n · MDE": f"{v.n if v.n >= v.planned else f'{v.n} of {v.planned}'} · {achieved}",
                     "best baseline": (f"{row['best']}: {_mean_sd(row['best_values'], digits)}" if "best" in row
                                       else f"incomplete: {', '.join(row['best_missing'])} lack planned seeds"
                                       if row.get("best_missing") else "–"),
@@ -510,11 +510,14 @@ def write_card(suite: Suite, specs: list[TaskSpec], results: Path, scheme: str, 
     label = label_of(scheme, {k: _value(v.split("=", 1)[1]) for k, v in options.items()})
     stem = "card" if full else "card-" + "-".join(s.name for s in specs)
     md = [f"# Benchmark card: {label}", "",
-          f"Suite: `{_rel(suite.path)}` (seeds from {suite.seeds[0]}, n per task as planned); baselines: `{_rel(results)}`"
+          f"Suite: `{_rel(suite.path)}` (seeds from {suite.seeds[0]}, n per task as planned"
+          + (f"; tier {tier}: at least {len(suite.seeds)}" if tier not in ("", "full") else "")
+          + f"); baselines: `{_rel(results)}`"
           + (f"; this scheme's records: `{_rel(trial_records)}`" if trial else "") + "."
-          + ("" if full else f" Tasks: {', '.join(s.name for s in specs)} only (TASKS restricts the suite).")
-          + (f" Tier: **{tier}**." if tier else "") + " Per task: n of the planned seeds and the MDE the records "
-          "achieved (the smallest difference they detect at 80 % power).", ""]
+          + ("" if full else f" Tasks: {', '.join(s.name for s in specs)} only.")
+          + (f" Tier: **{tier}**." if tier else "") + " Per task: n (every seed recorded, paired by seed; \"k of n\""
+          " where fewer than planned) and the MDE the records achieved (the smallest difference they detect at 80 %"
+          " power).", ""]
     if spread := _spread(cards):
         md += [spread, ""]
     if trial:
