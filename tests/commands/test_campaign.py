@@ -215,9 +215,12 @@ def test_a_preset_expands_to_hydras_job_names_once_per_variant():
     assert len(warmup) == 6   # γ 2 with and without the warm-up, 3 seeds (this task's part)
 
 
-def test_every_declared_job_folder_holds_one_computation():
+def test_every_declared_job_folder_holds_one_computation_and_a_tables_group_names_what_tables_takes():
     jobs = c.declared()   # the project's own presets, card and claims
     assert len({j.key for j in jobs}) == len(jobs)
+    tables = {g.removeprefix("table ") for j in jobs for g in j.groups if g.startswith("table ")}
+    assert "calibration/variable_tracking_b256" in tables   # its preset is calibrate_variable_tracking_b256
+    c.check_tables(sorted(tables))   # the plan's group is what --tables accepts
 
 
 def test_one_folder_declared_at_two_settings_is_refused_and_at_one_is_one_job():

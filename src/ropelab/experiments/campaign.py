@@ -228,7 +228,7 @@ def declared(tables: list[str] | None = None, conf: Path = CONF_DIR, card: bool 
     claim_groups(jobs, conf)
     for job in jobs:
         if not job.groups:
-            job.groups.append(f"table {job.source}")
+            job.groups.append(f"table {job.table}")   # the name --tables takes
     return jobs
 
 
