@@ -361,6 +361,23 @@ def test_card_readme_writes_the_baseline_table_heat_map_and_ranking(suite, recor
     assert card.main(["--suite", str(suite.path), "--results", str(records), "readme"]) == 0
     text = (records / "README.md").read_text()
     assert "![heat map](heatmap.png)" in text and "## Ranking" in text and (records / "heatmap.png").is_file()
+    row = next(line for line in text.splitlines() if line.startswith("| mod_arith"))
+    assert "| partial |" in row   # rope's fresh seeds 50–56 %, clear of both ends
+
+
+def test_the_cross_table_checks_the_calibrations_pick_on_ropes_fresh_seeds(suite, records):
+    """The calibration's rule on rope's baseline seeds: a seed within the margin of the floor makes the task's
+    setting 'floor' there (the pick did not hold on fresh seeds); above ceiling − margin, 'ceiling'."""
+    def rope_seed_at(acc: float) -> str:
+        summary = records / "mod_arith" / "pos=rope,seed=202,task=mod_arith" / "summary.json"
+        saved = json.loads(summary.read_text())
+        saved["final"]["val/acc"] = acc
+        summary.write_text(json.dumps(saved))
+        card.main(["--suite", str(suite.path), "--results", str(records), "readme"])
+        return next(line for line in (records / "README.md").read_text().splitlines() if line.startswith("| mod_arith"))
+
+    assert "| floor |" in rope_seed_at(0.16) and "| ceiling |" in rope_seed_at(0.97)
+    assert "| partial |" in rope_seed_at(0.53)
 
 
 def test_a_card_over_baselines_of_another_cpu_kind_says_where_it_compares(suite, records, tmp_path):

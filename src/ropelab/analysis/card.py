@@ -29,7 +29,7 @@ from ropelab.analysis.report.figures import pyplot
 from ropelab.analysis.report.sweep import SCHEME_ORDER
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import first_step_at, metric_curve
-from ropelab.analysis.verdict import paired, render
+from ropelab.analysis.verdict import calibration_state, paired, render
 from ropelab.core import identity
 from ropelab.core.record import Record
 import tasks
@@ -567,6 +567,10 @@ def write_cross_table(suite: Suite, specs: list[TaskSpec], results: Path, out: P
                 vals = col.values(spec.metric, scale)
                 row[label] = _mean_sd(vals, 1 if spec.is_accuracy else 3) + _solve(
                     vals, spec.level * scale if spec.level is not None else None)
+        if spec.is_accuracy:   # the calibration's pick, checked on the baselines' fresh seeds
+            fresh = card.rope.values(spec.metric, 1.0)
+            row["rope's seeds here"] = calibration_state(fresh.values(), floors(card.rope.records[0])[0],
+                                                         suite.margin, suite.ceiling) if fresh else "–"
         best = best_baseline(spec, card.columns, exclude="")
         if best is not None and best.label == REFERENCE:
             row["best"] = REFERENCE
@@ -576,7 +580,11 @@ def write_cross_table(suite: Suite, specs: list[TaskSpec], results: Path, out: P
             row["best"] = f"{best.label}: {card_render(v, unit=' pts' if spec.is_accuracy else '')} vs rope"
         rows.append(row)
     md = [f"# Cross-table: every scheme × the suite's tasks", "",
-          f"Suite `{_rel(suite.path)}`, records `{_rel(results)}`, seeds from {suite.seeds[0]} (n per task as planned).", "",
+          f"Suite `{_rel(suite.path)}`, records `{_rel(results)}`, seeds from {suite.seeds[0]} (n per task as planned). "
+          "\"rope's seeds here\": the calibration's rule on rope's baseline seeds (fresh, never the calibration's): "
+          f"partial where every seed is {100 * suite.margin:g} points clear of the floor and of the ceiling, as the "
+          "setting was picked to be; floor or ceiling where a seed is not, and the task's differences there say less.",
+          "",
           markdown_table(pd.DataFrame(rows).set_index("task").fillna("–"), "task"), ""]
     matrix = difference_matrix(suite, cards)
     figure = heat_map(matrix, suite, out, "scheme − rope, paired by seed\nblue better, red worse, * a difference "

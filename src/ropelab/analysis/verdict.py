@@ -108,6 +108,15 @@ def solve_rates(a: Mapping[int, float], b: Mapping[int, float], learned: float
     return (int(la), na, int(lb), nb), p
 
 
+def calibration_state(accuracies: Iterable[float], floor: float, margin: float, ceiling: float) -> str:
+    """floor | partial | ceiling for the final accuracies of one setting's seeds (the calibration's rule: a seed
+    within ``margin`` of the floor makes it floor; else one within ``margin`` of the ceiling makes it ceiling)."""
+    accuracies = list(accuracies)
+    if min(accuracies) < floor + margin:
+        return "floor"
+    return "ceiling" if max(accuracies) > ceiling - margin else "partial"
+
+
 def _cell_at(mean: float, floor: float | None, ceiling: float | None, margin: float) -> str | None:
     if floor is not None and mean <= floor + margin:
         return "floor"

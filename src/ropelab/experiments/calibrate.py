@@ -43,6 +43,7 @@ from ropelab.analysis.report.status import budget_lines, machines_section
 from ropelab.analysis.report.sweep import IGNORED_KEYS, IGNORED_PREFIXES, Sweep, ordered, value_label
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import Landmarks, first_step_at, metric_curve
+from ropelab.analysis.verdict import calibration_state
 from ropelab.core.errors import ConfigError
 import tasks
 
@@ -66,9 +67,7 @@ class Rule:
 
 def state(accuracies: list[float], floor: float, rule: Rule) -> str:
     """floor | partial | ceiling for the final accuracies of one grid point's seeds."""
-    if min(accuracies) < floor + rule.margin:
-        return "floor"
-    return "ceiling" if max(accuracies) > rule.ceiling - rule.margin else "partial"
+    return calibration_state(accuracies, floor, rule.margin, rule.ceiling)
 
 
 def points(runs: pd.DataFrame, sizes: list[str], rule: Rule) -> pd.DataFrame:
