@@ -654,8 +654,7 @@ def equivalence(repo: Path, revs: list[str], table: str, count: int, branch: str
                 log: Callable[[str], None] = print) -> int:
     """Retrain the ``count`` cheapest declared jobs of ``table`` at both commits on this machine (one thread, no
     record) and compare their metrics.csv byte for byte (wall-time columns aside); the outcome is a record,
-    results/equivalence/<a>_<b>/summary.json, committed on ``branch`` only (this checkout's files untouched: it
-    arrives with the branch's next merge, which an untracked copy would block)."""
+    results/equivalence/<a>_<b>/summary.json, in this checkout and committed on ``branch``."""
     from ropelab.core import machine
     from ropelab.experiments.reproduce import first_difference
 
@@ -685,12 +684,12 @@ def equivalence(repo: Path, revs: list[str], table: str, count: int, branch: str
         log(f"{job.key}: {'byte-identical' if not diff else 'differs: ' + diff}")
     match = bool(outcomes) and all(o["match"] for o in outcomes)
     rel = f"results/{identity.EQUIVALENCE}/{commits[0][:7]}_{commits[1][:7]}"
-    with tempfile.TemporaryDirectory() as scratch:   # on the branch only: the user's files stay untouched
-        folder = Path(scratch)
-        (folder / "summary.json").write_text(json.dumps({
-            "status": "completed", "commits": commits, "kind": identity.kind_of({"machine": machine.describe()}),
-            "match": match, "jobs": outcomes}, indent=1) + "\n")
-        commit_record(repo, branch, commits[1], folder, rel, f"records: {rel} (equivalence check)")
+    folder = repo / rel
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps({
+        "status": "completed", "commits": commits, "kind": identity.kind_of({"machine": machine.describe()}),
+        "match": match, "jobs": outcomes}, indent=1) + "\n")
+    commit_record(repo, branch, commits[1], folder, rel, f"records: {rel} (equivalence check)")
     log(f"equivalence {commits[0][:7]} {commits[1][:7]}: {'the same computation' if match else 'NOT the same'} "
         f"({sum(o['match'] for o in outcomes)}/{len(outcomes)} jobs byte-identical); {rel}, committed on {branch}")
     return 0 if match else 1
