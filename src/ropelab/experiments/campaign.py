@@ -639,9 +639,10 @@ def salvage(jobs: list[Job], done: set[str], repo: Path, tree: Path, branch: str
     since (a link to another table's record, unlinked): it is never salvaged."""
     for job in jobs:
         record = tree / "results" / job.table / job.name
-        if job.key in done or record.is_symlink() or git(tree, "ls-files", f"results/{job.table}/{job.name}"):
+        if job.key in done or not read_record(record).completed:
             continue
-        if read_record(record).completed:
+        # git only for the few completed ones: salvage looks at every declared job at each start
+        if not record.is_symlink() and not git(tree, "ls-files", f"results/{job.table}/{job.name}"):
             commit_record(repo, branch, commit, record, f"results/{job.table}/{job.name}",
                           f"records: {job.table}/{job.name} (campaign, commit {commit[:7]})")
             done.add(job.key)

@@ -452,15 +452,17 @@ def cost(suite: Suite, log=print) -> pd.DataFrame:
     table["seeds"] = [len(suite.seeds_for(t)) for t in table["task"]]
     table["job_s"] = table["wall_s"] * table["seeds"]
     fewest = len(suite.seeds)
-    hours = {"planned": (table["job_s"].sum() / 3600,
-                         table.groupby("task", sort=False)["job_s"].mean().sum() / 3600),
-             f"{fewest} seeds each": (table["wall_s"].sum() * fewest / 3600,
-                                      table.groupby("task", sort=False)["wall_s"].mean().sum() * fewest / 3600)}
+
+    def one_card(rows: pd.DataFrame, column: str, seeds: int = 1) -> float:   # the mean scheme's hours
+        return rows.groupby("task", sort=False)[column].mean().sum() * seeds / 3600
+
+    hours = {"planned": (table["job_s"].sum() / 3600, one_card(table, "job_s")),
+             f"{fewest} seeds each": (table["wall_s"].sum() * fewest / 3600, one_card(table, "wall_s", fewest))}
     per_card = (table.groupby("task", sort=False)["job_s"].mean() / 3600).round(2)
     for tier, names in suite.tiers.items():   # a tier's card at the fewest seeds (Suite.for_tier)
         rows = table[table["task"].isin(names)]
-        hours[f"tier {tier} ({', '.join(names)}) at {fewest} seeds"] = (
-            rows["job_s"].sum() / 3600, rows.groupby("task", sort=False)["wall_s"].mean().sum() * fewest / 3600)
+        hours[f"tier {tier} ({', '.join(names)}) at {fewest} seeds"] = (rows["job_s"].sum() / 3600,
+                                                                        one_card(rows, "wall_s", fewest))
     seeds = ", ".join(f"{t} {len(suite.seeds_for(t))}" for t in table["task"].unique())
     lines = [markdown_table(table.assign(wall_s=table["wall_s"].round(0), job_s=table["job_s"].round(0))
                             .set_index("task"), "task"), ""]
