@@ -15,13 +15,15 @@ import pytest
 from ropelab.experiments import campaign as c
 
 FAKE = """
-import json, pathlib, sys
+import json, pathlib, subprocess, sys
 table, name, status = sys.argv[1:4]
+commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 out = pathlib.Path("results") / table / name
 out.mkdir(parents=True, exist_ok=True)
 (out / "config.yaml").write_text("seed: 0\\n")
 (out / "metrics.csv").write_text("step,val/acc\\n3,0.5\\n")
-(out / "summary.json").write_text(json.dumps({"status": status, "wall_seconds": 1.0, "steps": 3}))
+(out / "summary.json").write_text(json.dumps({"status": status, "wall_seconds": 1.0, "steps": 3,
+                                              "machine": {"commit": commit}}))
 sys.exit(0 if status == "completed" else 1)
 """
 
@@ -92,6 +94,37 @@ def test_a_record_written_but_not_committed_before_a_stop_is_committed_at_the_ne
     c.salvage(jobs, done, repo, tree, c.BRANCH, head, log=lambda _: None)
     assert done == {"fake/g=a,seed=0"}
     assert "results/fake/g=a,seed=0/summary.json" in git(repo, "ls-tree", "-r", "--name-only", c.BRANCH)
+
+
+def test_a_record_an_earlier_pin_left_in_the_worktree_is_not_salvaged_at_a_new_pin(repo):
+    """A worktree reused at a new pin still holds the old pin's untracked records: their setting may have been
+    redeclared since (the card's mean_pooling budget), so only the pinned commit's own outputs are committed."""
+    old = git(repo, "rev-parse", "HEAD")
+    tree = c.worktree(repo, Path("wt"), old)
+    jobs = jobs_of({"a": [0]})
+    subprocess.run(fake_command()(jobs[0], tree, []), cwd=tree, check=True)
+    (repo / "README.md").write_text("redeclared\n")
+    git(repo, "commit", "-q", "-am", "the declaration changes")
+    new = git(repo, "rev-parse", "HEAD")
+    done: set[str] = set()
+    c.salvage(jobs, done, repo, tree, c.BRANCH, new, log=lambda _: None)
+    assert done == set()
+    assert subprocess.run(["git", "rev-parse", "--verify", "-q", c.BRANCH], cwd=repo).returncode != 0
+
+
+def test_a_record_main_removed_after_merging_the_branch_is_left_to_do_while_new_ones_count(repo):
+    head = git(repo, "rev-parse", "HEAD")
+    tree = c.worktree(repo, Path("runs/campaign/worktree"), head)
+    jobs = jobs_of({"a": [0, 1]})
+    c.run(jobs[:1], c.order(jobs[:1], set()), repo, tree, c.BRANCH, head, 1, [], log=lambda _: None,
+          command=fake_command())
+    git(repo, "merge", "-q", "--no-edit", c.BRANCH)
+    git(repo, "rm", "-q", "-r", "results/fake")
+    git(repo, "commit", "-q", "-m", "main drops a record whose declaration changed")
+    c.run(jobs[1:], c.order(jobs[1:], set()), repo, tree, c.BRANCH, head, 1, [], log=lambda _: None,
+          command=fake_command())
+    assert set(c.recorded_on_branch(repo, c.BRANCH)) == {"fake/g=a,seed=0", "fake/g=a,seed=1"}
+    assert set(c.recorded_on_branch(repo, c.BRANCH, since="main")) == {"fake/g=a,seed=1"}
 
 
 def test_a_record_the_pinned_commit_holds_is_never_salvaged_even_where_main_dropped_it(repo):

@@ -266,12 +266,17 @@ def _completed(text: str) -> bool:
         return False
 
 
-def recorded_on_branch(repo: Path, branch: str) -> dict[str, dict]:
-    """<table>/<job> → summary of every completed record on ``branch`` (empty when it does not exist)."""
+def recorded_on_branch(repo: Path, branch: str, since: str | None = None) -> dict[str, dict]:
+    """<table>/<job> → summary of every completed record on ``branch`` (empty when it does not exist); with
+    ``since`` (main), only the records the branch added after its last merge into it: main's state of a merged
+    record wins, so a record main has since removed (its declaration changed) is not done."""
     if not git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False):
         return {}
+    merged = set()
+    if since and (base := git(repo, "merge-base", since, branch, check=False)):
+        merged = set(git(repo, "ls-tree", "-r", "--name-only", base, "--", "results").splitlines())
     paths = [p for p in git(repo, "ls-tree", "-r", "--name-only", branch, "--", "results").splitlines()
-             if p.endswith("/summary.json")]
+             if p.endswith("/summary.json") and p not in merged]
     if not paths:
         return {}
     out = subprocess.run(["git", "cat-file", "--batch"], cwd=repo, capture_output=True,
@@ -635,11 +640,14 @@ def out_rel(tree: Path, job: Job) -> str:
 def salvage(jobs: list[Job], done: set[str], repo: Path, tree: Path, branch: str, commit: str,
             log: Callable[[str], None] = print) -> None:
     """Commit records the worktree holds but the branch lacks (a campaign killed between its job's end and the
-    commit). A record the pinned commit itself holds is no output of this campaign, even where main has dropped it
-    since (a link to another table's record, unlinked): it is never salvaged."""
+    commit). Only a record the pinned commit trained is salvaged: one the pinned commit itself holds (a link to
+    another table's record, unlinked on main since) or an earlier pin's left in a reused worktree (its setting since
+    redeclared) is no output of this campaign."""
     for job in jobs:
         record = tree / "results" / job.table / job.name
-        if job.key in done or not read_record(record).completed:
+        if job.key in done or not (found := read_record(record)).completed:
+            continue
+        if not found.commit or not commit.startswith(found.commit):
             continue
         # git only for the few completed ones: salvage looks at every declared job at each start
         if not record.is_symlink() and not git(tree, "ls-files", f"results/{job.table}/{job.name}"):
@@ -733,8 +741,8 @@ def _campaign(args: argparse.Namespace, repo: Path, tables: list[str] | None) ->
         if remote := git(repo, "rev-parse", "--verify", "-q", f"refs/remotes/origin/{args.branch}", check=False):
             git(repo, "update-ref", f"refs/heads/{args.branch}", remote)   # resuming another machine's campaign
     jobs = declared(tables)
-    on_branch = recorded_on_branch(repo, args.branch)
-    recorded = {**recorded_in(repo / "results"), **on_branch}
+    on_branch = recorded_on_branch(repo, args.branch, since=args.main)
+    recorded = {**recorded_in(repo / "results"), **recorded_on_branch(repo, args.branch)}
     done = set(on_branch) | {j.key for j in jobs if read_record(repo / "results" / j.table / j.name).completed}
     if tree is not None:
         salvage(jobs, done, repo, tree, args.branch, commit)
