@@ -63,7 +63,6 @@ EXPECTED = {  # preset → sweep axes (as sets) that the papers' protocols call 
                   "pos.base": {"1000", "5000", "10000", "50000", "100000"}},
     "rope_base_local": {"task": {"assoc_recall"}, "pos": {"rope", "spectral"},
                         "pos.base": {"1000", "5000", "10000", "50000", "100000"}},
-    "cross_table": {"task": set(tasks.names()), "pos": set(positional.names())},  # all there are
     "bio_phase": {"task.noise": {"lower", "same"}, "pos": {"rope", "spectral"}},
     # PoPE's Figure 2 on code: every scheme; rope + PI / NTK / YaRN are evaluation variants of the rope runs
     "extrapolation_code_lm": {"task": {"code_lm"}, "pos": {"rope", "pope", "spectral", "bifocal", "alibi", "nope",
