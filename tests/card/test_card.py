@@ -357,6 +357,17 @@ def test_the_plan_runs_a_pilot_of_five_seeds_where_the_sd_rests_on_fewer():
     assert all(few["note"].startswith(f"pilot: rope's SD rests on {len(few['source_seeds'])} seeds") for few in pilots)
 
 
+def test_the_plan_never_drops_seeds_an_earlier_plan_planned():
+    from dataclasses import replace
+
+    loaded = card_suite.load()
+    fresh = card.plan(loaded, write=False, log=lambda _: None)
+    task, entry = next((t, p) for t, p in fresh.items() if p["n"] < loaded.max_seeds)
+    raised = replace(loaded, plan={**loaded.plan, task: {**loaded.plan.get(task, {}), "n": entry["n"] + 1}})
+    again = card.plan(raised, write=False, log=lambda _: None)[task]
+    assert again["n"] == entry["n"] + 1 and again["mde"] < entry["mde"] and "never drops seeds" in again["note"]
+
+
 def test_card_readme_writes_the_baseline_table_heat_map_and_ranking(suite, records):
     assert card.main(["--suite", str(suite.path), "--results", str(records), "readme"]) == 0
     text = (records / "README.md").read_text()

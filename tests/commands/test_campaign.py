@@ -127,6 +127,31 @@ def test_a_record_main_removed_after_merging_the_branch_is_left_to_do_while_new_
     assert set(c.recorded_on_branch(repo, c.BRANCH, since="main")) == {"fake/g=a,seed=1"}
 
 
+def test_a_record_main_removed_and_the_campaign_records_again_merges_without_a_conflict(repo):
+    head = git(repo, "rev-parse", "HEAD")
+    tree = c.worktree(repo, Path("runs/campaign/worktree"), head)
+    jobs = jobs_of({"a": [0]})
+    c.run(jobs, c.order(jobs, set()), repo, tree, c.BRANCH, head, 1, [], log=lambda _: None, command=fake_command())
+    git(repo, "merge", "-q", "--no-edit", c.BRANCH)
+    git(repo, "rm", "-q", "-r", "results/fake")
+    git(repo, "commit", "-q", "-m", "main drops a record whose declaration changed")
+    c.catch_up(repo, c.BRANCH, "main")
+    assert git(repo, "rev-parse", c.BRANCH) == git(repo, "rev-parse", "main")
+    c.run(jobs, c.order(jobs, set()), repo, tree, c.BRANCH, head, 1, [], log=lambda _: None, command=fake_command())
+    git(repo, "merge", "-q", "--no-edit", c.BRANCH)   # check=True: a conflict fails here
+    assert "results/fake/g=a,seed=0/summary.json" in git(repo, "ls-files")
+
+
+def test_a_branch_holding_unmerged_records_is_not_moved(repo):
+    head = git(repo, "rev-parse", "HEAD")
+    tree = c.worktree(repo, Path("runs/campaign/worktree"), head)
+    jobs = jobs_of({"a": [0]})
+    c.run(jobs, c.order(jobs, set()), repo, tree, c.BRANCH, head, 1, [], log=lambda _: None, command=fake_command())
+    before = git(repo, "rev-parse", c.BRANCH)
+    c.catch_up(repo, c.BRANCH, "main")
+    assert git(repo, "rev-parse", c.BRANCH) == before
+
+
 def test_a_record_the_pinned_commit_holds_is_never_salvaged_even_where_main_dropped_it(repo):
     """A worktree at an older pin holds that commit's records (here a link into another table, since unlinked on
     main): they are not this campaign's outputs and stay off the branch."""

@@ -301,6 +301,17 @@ def recorded_in(results: Path) -> dict[str, dict]:
     return found
 
 
+def catch_up(repo: Path, branch: str, main: str) -> None:
+    """Move a branch that main has wholly merged up to main: new records then build on main's tree, so a record main
+    removed since (its declaration changed) and the campaign records again merges as an addition, not as a
+    modify/delete conflict. Compare-and-swap: a record committed meanwhile keeps the branch where it is."""
+    head = git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False)
+    target = git(repo, "rev-parse", "--verify", "-q", main, check=False)
+    if head and target and head != target and subprocess.run(
+            ["git", "merge-base", "--is-ancestor", head, target], cwd=repo).returncode == 0:
+        git(repo, "update-ref", f"refs/heads/{branch}", target, head, check=False)
+
+
 def commit_record(repo: Path, branch: str, base: str, folder: Path, rel: str, message: str,
                   retries: int = LOCK_RETRIES) -> str:
     """Commit the files of ``folder`` as ``rel`` (results/<table>/<job>) on ``branch`` (created at ``base``) in
@@ -740,6 +751,8 @@ def _campaign(args: argparse.Namespace, repo: Path, tables: list[str] | None) ->
     if tree and not git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{args.branch}", check=False):
         if remote := git(repo, "rev-parse", "--verify", "-q", f"refs/remotes/origin/{args.branch}", check=False):
             git(repo, "update-ref", f"refs/heads/{args.branch}", remote)   # resuming another machine's campaign
+    if tree:
+        catch_up(repo, args.branch, args.main)
     jobs = declared(tables)
     on_branch = recorded_on_branch(repo, args.branch, since=args.main)
     recorded = {**recorded_in(repo / "results"), **recorded_on_branch(repo, args.branch)}
