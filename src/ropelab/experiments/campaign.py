@@ -266,17 +266,12 @@ def _completed(text: str) -> bool:
         return False
 
 
-def recorded_on_branch(repo: Path, branch: str, since: str | None = None) -> dict[str, dict]:
-    """<table>/<job> → summary of every completed record on ``branch`` (empty when it does not exist); with
-    ``since`` (main), only the records the branch added after its last merge into it: main's state of a merged
-    record wins, so a record main has since removed (its declaration changed) is not done."""
+def recorded_on_branch(repo: Path, branch: str) -> dict[str, dict]:
+    """<table>/<job> → summary of every completed record on ``branch`` (empty when it does not exist)."""
     if not git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False):
         return {}
-    merged = set()
-    if since and (base := git(repo, "merge-base", since, branch, check=False)):
-        merged = set(git(repo, "ls-tree", "-r", "--name-only", base, "--", "results").splitlines())
     paths = [p for p in git(repo, "ls-tree", "-r", "--name-only", branch, "--", "results").splitlines()
-             if p.endswith("/summary.json") and p not in merged]
+             if p.endswith("/summary.json")]
     if not paths:
         return {}
     out = subprocess.run(["git", "cat-file", "--batch"], cwd=repo, capture_output=True,
@@ -301,14 +296,26 @@ def recorded_in(results: Path) -> dict[str, dict]:
     return found
 
 
+def merged_into(repo: Path, branch: str, main: str) -> set[str]:
+    """<table>/<job> of every record the branch held at its last merge into ``main``: there main's state wins, so a
+    record main has removed since (its declaration changed) is not done, though the branch still holds it."""
+    base = git(repo, "merge-base", main, branch, check=False)
+    paths = git(repo, "ls-tree", "-r", "--name-only", base, "--", "results").splitlines() if base else []
+    return {p[len("results/"):-len("/summary.json")] for p in paths if p.endswith("/summary.json")}
+
+
+def is_ancestor(repo: Path, commit: str, of: str) -> bool:
+    return subprocess.run(["git", "merge-base", "--is-ancestor", commit, of], cwd=repo,
+                          capture_output=True).returncode == 0
+
+
 def catch_up(repo: Path, branch: str, main: str) -> None:
     """Move a branch that main has wholly merged up to main: new records then build on main's tree, so a record main
     removed since (its declaration changed) and the campaign records again merges as an addition, not as a
     modify/delete conflict. Compare-and-swap: a record committed meanwhile keeps the branch where it is."""
     head = git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False)
     target = git(repo, "rev-parse", "--verify", "-q", main, check=False)
-    if head and target and head != target and subprocess.run(
-            ["git", "merge-base", "--is-ancestor", head, target], cwd=repo).returncode == 0:
+    if head and target and is_ancestor(repo, head, target):
         git(repo, "update-ref", f"refs/heads/{branch}", target, head, check=False)
 
 
@@ -532,8 +539,7 @@ def pin(repo: Path, rev: str, main: str = "main") -> str:
     commit = git(repo, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}", check=False)
     if not commit:
         raise ConfigError(f"--commit {rev}: no such commit in {repo}")
-    if subprocess.run(["git", "merge-base", "--is-ancestor", commit, main], cwd=repo,
-                      capture_output=True).returncode != 0:
+    if not is_ancestor(repo, commit, main):
         raise ConfigError(f"--commit {rev} ({commit[:7]}) is not an ancestor of {main}: pin a commit of {main}")
     return commit
 
@@ -651,17 +657,12 @@ def out_rel(tree: Path, job: Job) -> str:
 def salvage(jobs: list[Job], done: set[str], repo: Path, tree: Path, branch: str, commit: str,
             log: Callable[[str], None] = print) -> None:
     """Commit records the worktree holds but the branch lacks (a campaign killed between its job's end and the
-    commit). Only a record the pinned commit trained is salvaged: one the pinned commit itself holds (a link to
-    another table's record, unlinked on main since) or an earlier pin's left in a reused worktree (its setting since
-    redeclared) is no output of this campaign."""
+    commit). Only a record the pinned commit trained is this campaign's output: not an earlier pin's left in a
+    reused worktree (its setting since redeclared), nor one the pinned commit holds (committed after it was trained,
+    so at a later commit than its own; a link to another table's record, unlinked on main since, included)."""
     for job in jobs:
         record = tree / "results" / job.table / job.name
-        if job.key in done or not (found := read_record(record)).completed:
-            continue
-        if not found.commit or not commit.startswith(found.commit):
-            continue
-        # git only for the few completed ones: salvage looks at every declared job at each start
-        if not record.is_symlink() and not git(tree, "ls-files", f"results/{job.table}/{job.name}"):
+        if job.key not in done and (found := read_record(record)).completed and commit.startswith(found.commit):
             commit_record(repo, branch, commit, record, f"results/{job.table}/{job.name}",
                           f"records: {job.table}/{job.name} (campaign, commit {commit[:7]})")
             done.add(job.key)
@@ -754,9 +755,9 @@ def _campaign(args: argparse.Namespace, repo: Path, tables: list[str] | None) ->
     if tree:
         catch_up(repo, args.branch, args.main)
     jobs = declared(tables)
-    on_branch = recorded_on_branch(repo, args.branch, since=args.main)
-    recorded = {**recorded_in(repo / "results"), **recorded_on_branch(repo, args.branch)}
-    done = set(on_branch) | {j.key for j in jobs if read_record(repo / "results" / j.table / j.name).completed}
+    on_branch = recorded_on_branch(repo, args.branch)
+    recorded = {**recorded_in(repo / "results"), **on_branch}
+    done = (set(on_branch) - merged_into(repo, args.branch, args.main)) | {j.key for j in jobs if read_record(repo / "results" / j.table / j.name).completed}
     if tree is not None:
         salvage(jobs, done, repo, tree, args.branch, commit)
     estimate(jobs, recorded)

@@ -382,9 +382,9 @@ def plan(suite: Suite, write: bool = True, log=print, results: Path = RESULTS) -
         useful = suite.useful.get(unit)
         ladder = range(max(len(suite.seeds), PILOT), max(suite.max_seeds, PILOT) + 1)
         fits = [n for n in ladder if useful is not None and mde(n, math.sqrt(2) * sd) <= useful]
-        n = PILOT if pilot else fits[0] if fits else ladder[-1] if useful is not None else PILOT
+        enough = PILOT if pilot else fits[0] if fits else ladder[-1] if useful is not None else PILOT
         # the plan only adds seeds: dropping seeds already planned (and trained) after seeing them chooses the data
-        kept = int((suite.plan.get(spec.name) or {}).get("n") or 0)
+        n = max(enough, int((suite.plan.get(spec.name) or {}).get("n") or 0))
         cap = 100.0 if spec.is_accuracy else math.inf   # no difference of two accuracies exceeds 100 points
         entry = {"n": n, "mde": _rounded(min(mde(n, math.sqrt(2) * sd), cap)), "unit": unit, "useful": useful,
                  "mde_at_3": _rounded(min(mde(3, math.sqrt(2) * sd), cap)), "sd": _rounded(sd), "sd_observed": _rounded(observed),
@@ -397,10 +397,8 @@ def plan(suite: Suite, write: bool = True, log=print, results: Path = RESULTS) -
                              "`python -m ropelab.card plan` plans from their SD")
         elif not fits:
             entry["note"] = f"no n up to {suite.max_seeds} detects {useful} {unit}: n = {n}"
-        if kept > n:
-            entry["note"] = f"n = {n} would do; n stays at the earlier plan's {kept}: the plan never drops seeds"
-            entry.update(n=kept, mde=_rounded(min(mde(kept, math.sqrt(2) * sd), cap)))
-            n = kept
+        if n > enough:
+            entry["note"] = f"n = {enough} would do; n stays at the earlier plan's {n}: the plan never drops seeds"
         out[spec.name] = entry
         log(f"{spec.name}: rope SD {entry['sd']} {unit} over seeds {entry['source_seeds']} of {spec.source}; "
             f"n = {n} detects {entry['mde']} {unit} (n = 3: {entry['mde_at_3']})" +
