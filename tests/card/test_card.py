@@ -165,6 +165,14 @@ def test_the_cross_table_names_the_best_scheme_per_task(suite, records, tmp_path
     assert (tmp_path / "report" / "heatmap.png").is_file()
 
 
+def test_the_cross_table_shows_every_schemes_numbers_before_rope_has_a_record(suite, records, tmp_path):
+    for folder in (records / "mod_arith").glob("pos=rope,*"):
+        shutil.rmtree(folder)
+    text = card_report.write_cross_table(suite, suite.select(None), records, tmp_path / "report").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| mod_arith"))
+    assert "43.0 ± 3.6 (n=3), solved 0/3" in row and "no baseline records of rope" in row and "better" not in row
+
+
 def test_tasks_restrict_the_suite_and_the_card(suite, records, tmp_path, capsys):
     req = card.request("pope", "code_lm", "", suite)
     assert [s.name for s in req.specs] == ["code_lm"]

@@ -557,16 +557,19 @@ def write_cross_table(suite: Suite, specs: list[TaskSpec], results: Path, out: P
     rows = []
     for card in cards:
         spec = card.spec
-        if not spec.calibrated or card.rope is None:
-            rows.append({"task": spec.name, "metric": "–", "—": card.refusal or "no records"})
+        if not spec.calibrated:
+            rows.append({"task": spec.name, "metric": "–", "—": card.refusal})
             continue
         scale, _ = _scale(spec)
         row = {"task": spec.name, "metric": spec.metric}
-        for label, col in card.columns.items():
+        for label, col in card.columns.items():   # every scheme's numbers as soon as they exist
             if not col.options:
                 vals = col.values(spec.metric, scale)
                 row[label] = _mean_sd(vals, 1 if spec.is_accuracy else 3) + _solve(
                     vals, spec.level * scale if spec.level is not None else None)
+        if card.rope is None:
+            rows.append({**row, "—": card.refusal})
+            continue
         if spec.is_accuracy:   # the calibration's pick, checked on the baselines' fresh seeds
             fresh = card.rope.values(spec.metric, 1.0)
             row["rope's seeds here"] = calibration_state(fresh.values(), floors(card.rope.records[0])[0],
