@@ -57,6 +57,17 @@ def test_cells_at_the_floor_or_the_ceiling_say_nothing():
     assert V.render(V.paired({0: 0.30}, {0: 0.38}, direction=-1)) == "says nothing (one pair: no interval): −0.080, n = 1"
 
 
+def test_an_accuracy_difference_interval_stays_within_the_ceiling_and_keeps_its_word():
+    a, b = seeds(0.95, 0.20, 0.90), seeds(0.10, 0.15, 0.30)   # three pairs this spread: a t interval past ±1
+    free = V.paired(a, b, direction=+1)
+    assert free.high > 1.0 and free.mde > 1.0
+    bounded = V.paired(a, b, direction=+1, ceiling=1.0)
+    assert (bounded.low, bounded.high, bounded.mde) == (free.low, 1.0, 1.0)
+    assert bounded.word == free.word == "no difference detected" and bounded.diff == free.diff
+    relative = V.paired(a, b, direction=+1, ceiling=1.0, sides=(0.7, 0.2))   # compared values are not accuracies
+    assert relative.high == free.high
+
+
 def test_fewer_pairs_than_planned_are_incomplete_and_none_not_run():
     v = V.paired(seeds(0.9, 0.8, 0.85), seeds(0.5, 0.45, 0.52), direction=+1, planned=5)
     assert v.word == "incomplete" and v.so_far == "reproduced" and (v.n, v.planned) == (3, 5)

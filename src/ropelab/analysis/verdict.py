@@ -136,7 +136,8 @@ def paired(a: dict[int, float], b: dict[int, float], *, direction: int, planned:
     """The verdict on A − B by seed. ``direction`` +1: the paper expects A > B; −1: A < B; 0: no difference (an
     interval that excludes 0 is then "opposite", one that includes it "no difference detected", with its MDE). ``planned``: the pairs
     fixed before the runs (default: the pairs there are). ``floor`` / ``ceiling`` with ``margin``: the metric's
-    uninformative ends (the guess accuracy, 100 %), read on the compared cells' means, or on ``sides`` (the means
+    uninformative ends (the guess accuracy, 100 %), read on the compared cells' means (the interval of A − B then
+    stays within ±``ceiling``), or on ``sides`` (the means
 that say whether each side learned, when the compared values are not accuracies: a relative drop, an analysis of
 the run). ``learned``: the level a seed counts as learned at. ``alpha``: the interval's two-sided error rate."""
     if direction not in DIRECTIONS:
@@ -155,6 +156,11 @@ the run). ``learned``: the level a seed counts as learned at. ``alpha``: the int
     word, reason = _word(est, direction, _cell_at(mean_a, floor, ceiling, margin),
                          _cell_at(mean_b, floor, ceiling, margin), alpha)
     verdict = _from_estimate(word, est, planned, solve, solve_p, reason, alpha)
+    if ceiling is not None and sides is None and verdict.low is not None:
+        # A and B both lie in [0, ceiling], so their difference cannot leave ±ceiling: a t interval (or MDE) wider
+        # than that, at few seeds, is cut there; clipping keeps 0 on the side it was, so the word is the same
+        verdict = replace(verdict, low=max(verdict.low, -ceiling), high=min(verdict.high, ceiling),
+                          mde=min(verdict.mde, ceiling) if verdict.mde is not None else None)
     if len(seeds) < planned:
         return replace(verdict, word="incomplete", so_far=word,
                        reason=f"{len(seeds)} of {planned} planned seeds" + (f"; {reason}" if reason else ""))
