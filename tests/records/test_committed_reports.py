@@ -18,7 +18,7 @@ def _same_report(written: Path, committed: Path) -> None:
             assert path.read_bytes() == (committed / path.name).read_bytes(), f"{committed / path.name} is stale"
 
 
-@pytest.mark.parametrize("table", ["bifocal_table1", "pope_indirect", "momentum_options"])
+@pytest.mark.parametrize("table", ["bifocal_table1", "pope_indirect", "momentum_options", "rope_base"])
 def test_a_committed_table_report_is_what_the_code_writes(table, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the report names its sweep as the user typed it: results/<table>
     written = report.write_report(Path("results") / table, tmp_path / "report")

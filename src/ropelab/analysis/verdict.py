@@ -157,10 +157,10 @@ the run). ``learned``: the level a seed counts as learned at. ``alpha``: the int
                          _cell_at(mean_b, floor, ceiling, margin), alpha)
     verdict = _from_estimate(word, est, planned, solve, solve_p, reason, alpha)
     if ceiling is not None and sides is None and verdict.low is not None:
-        # A and B both lie in [0, ceiling], so their difference cannot leave ±ceiling: a t interval (or MDE) wider
-        # than that, at few seeds, is cut there; clipping keeps 0 on the side it was, so the word is the same
-        verdict = replace(verdict, low=max(verdict.low, -ceiling), high=min(verdict.high, ceiling),
-                          mde=min(verdict.mde, ceiling) if verdict.mde is not None else None)
+        # A and B both lie in [0, ceiling], so their difference cannot leave ±ceiling: a t interval wider than that,
+        # at few seeds, is cut there; clipping keeps 0 on the side it was, so the word is the same. The MDE is left
+        # whole: past the ceiling it says that no possible difference is detectable
+        verdict = replace(verdict, low=max(verdict.low, -ceiling), high=min(verdict.high, ceiling))
     if len(seeds) < planned:
         return replace(verdict, word="incomplete", so_far=word,
                        reason=f"{len(seeds)} of {planned} planned seeds" + (f"; {reason}" if reason else ""))
