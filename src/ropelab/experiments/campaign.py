@@ -150,20 +150,27 @@ def preset_jobs(name: str, preset: dict) -> list[Job]:
 
 
 def card_jobs(suite=None) -> list[Job]:
-    """The card suite's baseline table: every scheme of conf/pos/ on each calibrated task at its planned seeds."""
+    """The card suite's baseline table: every scheme of conf/pos/ on each calibrated task at its planned seeds, in
+    the order that gives verdicts soonest: every scheme at the suite's first seeds before the plan's top-up seeds,
+    and rope (what every scheme is compared with) first in each."""
     from ropelab.analysis import card_suite
+    from ropelab.analysis.card import REFERENCE
     from ropelab.core.cli import group_choices
     from ropelab.experiments import card
 
     suite = suite or card_suite.load()
+    schemes = sorted(group_choices("pos"), key=lambda scheme: scheme != REFERENCE)
     jobs = []
     for spec in suite.tasks.values():
         if not spec.calibrated:
             continue
         base = _base_values((f"task={spec.name}", *spec.overrides()))
-        for scheme in group_choices("pos"):
+        planned = suite.seeds_for(spec.name)
+        first = [s for s in planned if s in suite.seeds]
+        for seeds, scheme in [(batch, scheme) for batch in (first, [s for s in planned if s not in first])
+                              for scheme in schemes]:
             req = card.Request(suite=suite, scheme=scheme, options={}, how=[], trial={}, specs=[spec])
-            for seed in suite.seeds_for(spec.name):
+            for seed in seeds:
                 argv = card.train_command(req, spec, [seed], card.RESULTS)[3:]
                 name = card.job_name(req, spec, seed)
                 job = Job(f"{CARD}/{spec.name}", name, argv, _values(base, [f"pos={scheme}", f"seed={seed}"]),
