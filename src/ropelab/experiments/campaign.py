@@ -151,15 +151,15 @@ def preset_jobs(name: str, preset: dict) -> list[Job]:
 
 def card_jobs(suite=None) -> list[Job]:
     """The card suite's baseline table: every scheme of conf/pos/ on each calibrated task at its planned seeds, in
-    the order that gives verdicts soonest: every scheme at the suite's first seeds before the plan's top-up seeds,
-    and rope (what every scheme is compared with) first in each."""
+    the order that gives verdicts soonest: rope (what every scheme is compared with, and whose seeds re-plan n) at
+    all its seeds first, then every other scheme at the suite's first seeds before the plan's top-up seeds."""
     from ropelab.analysis import card_suite
     from ropelab.analysis.card import REFERENCE
     from ropelab.core.cli import group_choices
     from ropelab.experiments import card
 
     suite = suite or card_suite.load()
-    schemes = sorted(group_choices("pos"), key=lambda scheme: scheme != REFERENCE)
+    others = [scheme for scheme in group_choices("pos") if scheme != REFERENCE]
     jobs = []
     for spec in suite.tasks.values():
         if not spec.calibrated:
@@ -167,8 +167,8 @@ def card_jobs(suite=None) -> list[Job]:
         base = _base_values((f"task={spec.name}", *spec.overrides()))
         planned = suite.seeds_for(spec.name)
         first = [s for s in planned if s in suite.seeds]
-        for seeds, scheme in [(batch, scheme) for batch in (first, [s for s in planned if s not in first])
-                              for scheme in schemes]:
+        top_up = [s for s in planned if s not in first]
+        for seeds, scheme in [(planned, REFERENCE), *((batch, scheme) for batch in (first, top_up) for scheme in others)]:
             req = card.Request(suite=suite, scheme=scheme, options={}, how=[], trial={}, specs=[spec])
             for seed in seeds:
                 argv = card.train_command(req, spec, [seed], card.RESULTS)[3:]
