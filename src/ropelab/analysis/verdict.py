@@ -137,9 +137,9 @@ def paired(a: dict[int, float], b: dict[int, float], *, direction: int, planned:
     interval that excludes 0 is then "opposite", one that includes it "no difference detected", with its MDE). ``planned``: the pairs
     fixed before the runs (default: the pairs there are). ``floor`` / ``ceiling`` with ``margin``: the metric's
     uninformative ends (the guess accuracy, 100 %), read on the compared cells' means (the interval of A − B then
-    stays within ±``ceiling``), or on ``sides`` (the means
-that say whether each side learned, when the compared values are not accuracies: a relative drop, an analysis of
-the run). ``learned``: the level a seed counts as learned at. ``alpha``: the interval's two-sided error rate."""
+    stays within ±``ceiling``), or on ``sides`` (the means that say whether each side learned, when the compared
+    values are not accuracies: a relative drop, an analysis of the run). ``learned``: the level a seed counts as
+    learned at. ``alpha``: the interval's two-sided error rate."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction {direction!r}: valid directions are +1 (A > B), -1 (A < B) and 0 (no difference)")
     a, b = _finite_values(a), _finite_values(b)
