@@ -173,6 +173,16 @@ def test_the_cross_table_shows_every_schemes_numbers_before_rope_has_a_record(su
     assert "43.0 ± 3.6 (n=3), solved 0/3" in row and "no baseline records of rope" in row and "better" not in row
 
 
+def test_a_card_speaks_its_own_words_also_for_an_incomplete_verdict_so_far():
+    from ropelab.analysis import verdict as V
+
+    done = V.paired({0: 0.9, 1: 0.95, 2: 0.92}, {0: 0.5, 1: 0.55, 2: 0.52}, direction=+1)
+    so_far = V.paired({0: 0.9, 1: 0.95, 2: 0.92}, {0: 0.5, 1: 0.55, 2: 0.52}, direction=+1, planned=5)
+    assert card_report.card_render(done).startswith("better: ")
+    assert card_report.card_render(so_far).startswith("incomplete (3 of 5), so far better: ")
+    assert "reproduced" not in card_report.card_render(so_far)
+
+
 def test_tasks_restrict_the_suite_and_the_card(suite, records, tmp_path, capsys):
     req = card.request("pope", "code_lm", "", suite)
     assert [s.name for s in req.specs] == ["code_lm"]
