@@ -47,14 +47,8 @@ CARD_WORDS = {"reproduced": "better", "opposite": "worse"}
 
 
 def card_render(v, unit: str = "") -> str:
-    """The rule's line in a card's words: better, worse, no difference detected (MDE), …, and an incomplete one's
-    word so far too."""
-    text = render(v, unit=unit)
-    for word, said in CARD_WORDS.items():
-        if text.startswith(word):
-            return said + text[len(word):]
-        text = text.replace(f", so far {word}:", f", so far {said}:", 1)
-    return text
+    """The rule's line in a card's words: better, worse, no difference detected (MDE), …"""
+    return render(v, unit=unit, words=CARD_WORDS)
 
 
 @dataclass

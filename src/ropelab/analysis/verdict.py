@@ -296,14 +296,16 @@ def numbers(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None
     return text
 
 
-def render(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None = None) -> str:
+def render(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None = None,
+           words: Mapping[str, str] | None = None) -> str:
     """The verdict words and numbers in one line, e.g. "no difference detected: −2.5 [−22.4, +17.4], n = 3
-    (MDE 31.0)"; ``scale`` multiplies the numbers (100 for accuracies stored as fractions, with unit " pts")."""
+    (MDE 31.0)"; ``scale`` multiplies the numbers (100 for accuracies stored as fractions, with unit " pts");
+    ``words`` says the rule's words (a verdict's, and an incomplete one's word so far) in another's: a card's."""
     if v.parts:
         reasons = {part.reason for _, part in v.parts}
         if v.word == "refused" and len(reasons) == 1 and all(part.word == "refused" for _, part in v.parts):
             return f"refused (all {len(v.parts)} parts): {reasons.pop()}"
-        inner = "; ".join(f"{name}: {render(part, unit, scale, decimals)}" for name, part in v.parts)
+        inner = "; ".join(f"{name}: {render(part, unit, scale, decimals, words)}" for name, part in v.parts)
         head = {"incomplete": f"incomplete ({v.n} of {v.planned} pairs)", "not run": f"not run (0 of {v.planned})"
                 }.get(v.word, v.word)
         family = {p.alpha for _, p in v.parts if p.low is not None}
@@ -319,7 +321,9 @@ def render(v: Verdict, unit: str = "", scale: float = 1.0, decimals: int | None 
         return f"refused: {v.reason}"
     if v.word == "not run":
         return f"not run (0 of {v.planned})" + (f": {v.reason}" if v.reason else "")
-    head = f"incomplete ({v.n} of {v.planned}), so far {v.so_far}" if v.word == "incomplete" else v.word
+    said = words or {}
+    head = f"incomplete ({v.n} of {v.planned}), so far {said.get(v.so_far, v.so_far)}" if v.word == "incomplete" \
+        else said.get(v.word, v.word)
     if v.word == "says nothing" and v.reason:
         head += f" ({v.reason})"
     body = numbers(v, unit, scale, decimals)

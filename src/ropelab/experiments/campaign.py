@@ -764,7 +764,8 @@ def _campaign(args: argparse.Namespace, repo: Path, tables: list[str] | None) ->
     jobs = declared(tables)
     on_branch = recorded_on_branch(repo, args.branch)
     recorded = {**recorded_in(repo / "results"), **on_branch}
-    done = (set(on_branch) - merged_into(repo, args.branch, args.main)) | {j.key for j in jobs if read_record(repo / "results" / j.table / j.name).completed}
+    done = (set(on_branch) - merged_into(repo, args.branch, args.main)) | {
+        j.key for j in jobs if read_record(repo / "results" / j.table / j.name).completed}
     if tree is not None:
         salvage(jobs, done, repo, tree, args.branch, commit)
     estimate(jobs, recorded)
