@@ -329,7 +329,7 @@ def test_equivalence_retrains_at_the_records_precision_and_tells_a_changed_compu
 
 
 def _summary(flag: str, commit: str, precision: str = "32-true") -> dict:
-    return {"status": "completed", "precision": precision,
+    return {"status": "completed", "precision": precision, "accelerator": "cpu",
             "machine": {"cpu": {"model": "AMD EPYC", "flags": [flag]}, "torch": "2.13.0+cpu", "commit": commit}}
 
 
@@ -365,6 +365,17 @@ def test_a_group_whose_records_this_machine_would_not_pair_with_is_held_and_not_
     plan = c.order(jobs, done, kept)
     assert sorted(j.name for _, left, _ in plan for j in left) == ["g=claim joined,seed=1", "g=claim new,seed=0"]
     assert "held here" in c.plan_text(plan, kept) and "claim other-kind: its 1 records" in c.plan_text(plan, kept)
+
+
+def test_a_group_whose_records_ran_on_a_gpu_is_held_on_a_cpu_whatever_its_precision(tmp_path):
+    here = _summary("avx512_bf16", "")["machine"]   # auto is bf16-mixed here, as it was on the GPU
+    jobs = jobs_of({"claim gpu records": [0, 1]})
+    gpu = {**_summary("amx_bf16", "aaaaaaa", "bf16-mixed"), "accelerator": "cuda"}
+    gpu["machine"]["gpu"] = "NVIDIA H200"
+    kept = c.held(jobs, {"fake/g=claim gpu records,seed=0"}, {"fake/g=claim gpu records,seed=0": gpu},
+                  "aaaaaaa" + "0" * 33, tmp_path / "results", here=here)
+    assert "at trainer.accelerator=cuda" in kept["claim gpu records"]
+    assert kept["claim gpu records"].endswith("would run its jobs at trainer.accelerator=cpu: finish it there")
 
 
 def test_a_group_of_a_kind_a_kind_check_joins_runs_here_at_the_precision_auto_gave_its_records(tmp_path, monkeypatch):

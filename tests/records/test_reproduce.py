@@ -101,6 +101,21 @@ def test_the_kind_check_bounds_what_the_kind_moves_and_the_rule_reads_it(table, 
     assert list(identity.pairable([other, here], tmp_path / "elsewhere").failed) == ["kinds"]
 
 
+def test_a_kind_check_of_gpu_records_on_a_cpu_machine_is_one_line(table, tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    path = table / "pos=rope,seed=0" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["accelerator"] = summary["identity"]["trainer.accelerator"] = "cuda"
+    summary["machine"]["gpu"] = "NVIDIA H200"
+    path.write_text(json.dumps(summary))
+    assert reproduce.main([str(table), "--kind-check", "--out", str(tmp_path / "scratch")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --kind-check: the records ran on NVIDIA H200") and "\n" not in err
+    assert "trainer.accelerator=cuda" in err and not (tmp_path / "scratch").exists()
+
+
 def test_two_commits_pair_only_through_a_committed_equivalence_record(tmp_path):
     a = {"machine": {"commit": "a" * 40, "cpu": {"model": "X", "flags": []}, "torch": "2"}}
     b = {"machine": {"commit": "b" * 40, "cpu": {"model": "X", "flags": []}, "torch": "2"}}

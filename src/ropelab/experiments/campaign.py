@@ -413,20 +413,22 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
         if not left:
             continue
         try:
-            precisions = sorted({_resolved_precision(j) for j in left})
+            resolved = sorted({_resolved(j) for j in left})
         except ConfigError as err:   # a GPU table on a CPU machine
             out[group] = f"its jobs cannot run here: {err}"
             continue
         if not records:
             continue
-        # what its jobs would record here: this machine at the pinned commit, at the precision auto resolves to
+        # what its jobs would record here: this machine at the pinned commit, on the device and at the precision
+        # auto resolves to (a GPU's records are not joined to a CPU's jobs by a kind check)
         settings = identity.of_record(records[0])
-        ours = [{"machine": {**here, "commit": pinned}, "identity": {**settings, "trainer.precision": precision}}
-                for precision in precisions]
+        ours = [{"machine": {**here, "commit": pinned},
+                 "identity": {**settings, "trainer.accelerator": device, "trainer.precision": precision}}
+                for device, precision in resolved]
         pairing = identity.pairable([*records, *ours], results)
         if set(pairing.failed) == {"settings"} and (ran_at := _records_precision(records, left, here)):
             # a kind check joins the records' kind to this one: its jobs run here at the precision auto gave them
-            at_theirs = {**ours[0], "identity": {**settings, "trainer.precision": ran_at}}
+            at_theirs = {**ours[0], "identity": {**ours[0]["identity"], "trainer.precision": ran_at}}
             if identity.pairable([*records, at_theirs], results).ok:
                 for job in left:
                     job.env = {machine.AUTO_PRECISION_ENV: ran_at}
@@ -500,12 +502,12 @@ def _records_precision(records: list[dict], left: list[Job], here: dict) -> str 
                                      (here.get("cpu") or {}).get("flags") or [])
 
 
-def _resolved_precision(job: Job) -> str:
-    """The precision ``auto`` resolves to on this machine (an accelerator it lacks: a ConfigError)."""
+def _resolved(job: Job) -> tuple[str, str]:
+    """(device, precision) ``auto`` resolves to on this machine (an accelerator it lacks: a ConfigError)."""
     from ropelab.core import machine
 
     return machine.choose(str(job.values.get("trainer.accelerator", "auto")),
-                          str(job.values.get("trainer.precision", "auto")))[1]
+                          str(job.values.get("trainer.precision", "auto")))[:2]
 
 
 def order(jobs: list[Job], done: set[str], held: Iterable[str] = ()) -> list[tuple[str, list[Job], float]]:

@@ -318,12 +318,16 @@ def kind_check(table: Path, chosen: list[Path], out: Path, results: Path = RESUL
     if len(kinds) != 1 or kinds[0] == here_kind:
         raise ConfigError(f"--kind-check needs records of one other kind: these ran on {', '.join(kinds)}, this "
                           f"machine is {here_kind}")
+    devices = sorted({identity.of_record(s).get("trainer.accelerator") or "cpu" for _, s, _ in loaded})
+    if devices != ["cpu"] and not torch.cuda.is_available():
+        raise ConfigError(f"--kind-check: the records ran on {', '.join(kinds)} (trainer.accelerator="
+                          f"{', '.join(devices)}) and retrain on their own device: run it on a machine with one")
     links = identity.commit_links([here_commit, *commits], results)
     if not identity.joined([here_commit, *commits], links):
         raise ConfigError(f"--kind-check: the records ran at {', '.join(commits)}, this code is {here_commit}, and "
                           f"no equivalence record joins them: run it from a worktree at {commits[0]}, or first "
                           f"`python -m ropelab.experiments.campaign --equivalence {commits[0]} {here_commit} "
-                          f"--jobs-from {table.name}`")
+                          f"--jobs-from {'card' if table.parent.name == 'card' else table.name}`")
     jobs, diffs = [], {}
     for record, summary, saved in loaded:
         scratch = out / table.name / record.name
