@@ -480,3 +480,39 @@ def test_a_card_suite_edit_holds_only_the_card_groups_whose_jobs_it_changes(repo
     assert dyck3 in original
     held = held_after(original.replace(dyck3, dyck3.replace("400", "300")))
     assert list(held) == ["card dyck3"] and "declares its jobs otherwise than at the pinned commit" in held["card dyck3"]
+
+
+def test_a_card_job_whose_task_extrapolates_is_committed_with_its_extrapolation_by_the_pinned_code(repo):
+    """code_lm's card records carry extrapolation.csv (the cards compare rope's loss at each factor of the window):
+    the real train command trains a tiny job in a worktree of the repository, evaluates it there and commits both."""
+    import shutil
+
+    from conftest import ROOT, TINY
+    from ropelab.analysis import card_suite
+
+    for part in ("src", "tasks", "conf"):
+        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "train.py", repo / "train.py")
+    setting = ", ".join(o.replace("=", ": ") for o in TINY if not o.startswith("trainer.threads"))
+    (repo / c.SUITE_FILE).write_text(f"""\
+seeds: [200]
+tasks:
+  code_lm:
+    setting: {{{setting}, trainer.max_steps: 4, trainer.val_every: 2, task.window: 16, task.ood.window: 32}}
+    metric: val/loss
+    direction: lower
+    extrapolation: [1, 2]
+# ---- plan:
+plan: {{}}
+""")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "the code and a tiny suite")
+    head = git(repo, "rev-parse", "HEAD")
+    tree = c.worktree(repo, Path("runs/campaign/worktree"), head)
+    [job] = [j for j in c.card_jobs(card_suite.load(repo / c.SUITE_FILE)) if j.values["pos.name"] == "rope"]
+    assert job.extrapolate == ["code_lm", "rope", "200"]
+    assert c.run([job], c.order([job], set()), repo, tree, c.BRANCH, head, 1, [], log=lambda _: None) == 0
+    committed = git(repo, "ls-tree", "-r", "--name-only", c.BRANCH, "--", f"results/{job.table}/{job.name}")
+    assert {Path(p).name for p in committed.splitlines()} >= {"summary.json", "metrics.csv", c.EXTRAPOLATION}
+    rows = git(repo, "show", f"{c.BRANCH}:results/{job.table}/{job.name}/{c.EXTRAPOLATION}").splitlines()
+    assert rows[0].startswith("task,") and len(rows) == 3   # a header, then 1× and 2×

@@ -77,6 +77,7 @@ class Job:
     groups: list[str] = field(default_factory=list)
     cost: float = 0.0           # estimated CPU-seconds
     env: dict[str, str] = field(default_factory=dict)   # what its process is started with (the pinned precision)
+    extrapolate: list[str] = field(default_factory=list)  # a card task's [task, scheme, seed]: see EXTRAPOLATE
 
     @property
     def key(self) -> str:
@@ -174,7 +175,8 @@ def card_jobs(suite=None) -> list[Job]:
                 argv = card.train_command(req, spec, [seed], card.RESULTS)[3:]
                 name = card.job_name(req, spec, seed)
                 job = Job(f"{CARD}/{spec.name}", name, argv, _values(base, [f"pos={scheme}", f"seed={seed}"]),
-                          f"card/{spec.name}", groups=[f"card {spec.name}"])
+                          f"card/{spec.name}", groups=[f"card {spec.name}"],
+                          extrapolate=[spec.name, scheme, str(seed)] if spec.extrapolation else [])
                 jobs.append(job)
     return jobs
 
@@ -572,8 +574,33 @@ def worktree(repo: Path, path: Path, commit: str) -> Path:
 
 # ----------------------------------------------------------------------------------------------- running
 
+# A card task that extrapolates (code_lm) records its loss at each of the suite's factors of the window in
+# extrapolation.csv, as `ropelab card` does after training: evaluated from the run's checkpoint by the pinned code (in
+# the worktree, one thread as the training), so that the record is one computation, committed whole with it.
+EXTRAPOLATE = """\
+import sys, torch
+from ropelab.analysis import card_suite
+from ropelab.experiments import card
+torch.set_num_threads(1)
+task, scheme, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+suite = card_suite.load()
+req = card.Request(suite=suite, scheme=scheme, options={}, how=[], trial={}, specs=[suite.tasks[task]])
+job = next(j for j in card.plan_jobs(req, card.RESULTS) if j.seed == seed)
+sys.exit(0 if job.state == "recorded" and card.extrapolate(req, job, card.RESULTS) else 1)
+"""
+EXTRAPOLATION = "extrapolation.csv"
+
+
 def train_command(job: Job, tree: Path, passthrough: list[str]) -> list[str]:
-    return [sys.executable, str(tree / "train.py"), "-m", *job.argv, "trainer.threads=1", *passthrough]
+    train = [sys.executable, str(tree / "train.py"), "-m", *job.argv, "trainer.threads=1", *passthrough]
+    if not job.extrapolate:
+        return train
+    return ["bash", "-c", f"{shlex.join(train)} && {shlex.join([sys.executable, '-c', EXTRAPOLATE, *job.extrapolate])}"]
+
+
+def finished(record: Path, job: Job) -> bool:
+    """The job's record is whole: completed, with its extrapolation where its task extrapolates."""
+    return read_record(record).completed and (not job.extrapolate or (record / EXTRAPOLATION).is_file())
 
 
 def _hours(seconds: float) -> str:
@@ -612,7 +639,7 @@ def run(jobs: list[Job], plan: list[tuple[str, list[Job], float]], repo: Path, t
                 handle.close()
                 record = tree / "results" / job.table / job.name
                 left_s -= job.cost
-                if read_record(record).completed:
+                if finished(record, job):
                     commit_record(repo, branch, commit, record, f"results/{job.table}/{job.name}",
                                   f"records: {job.table}/{job.name} (campaign, commit {commit[:7]})")
                     done += 1
@@ -671,7 +698,7 @@ def salvage(jobs: list[Job], done: set[str], repo: Path, tree: Path, branch: str
     so at a later commit than its own; a link to another table's record, unlinked on main since, included)."""
     for job in jobs:
         record = tree / "results" / job.table / job.name
-        if job.key not in done and (found := read_record(record)).completed and commit.startswith(found.commit):
+        if job.key not in done and finished(record, job) and commit.startswith(read_record(record).commit):
             commit_record(repo, branch, commit, record, f"results/{job.table}/{job.name}",
                           f"records: {job.table}/{job.name} (campaign, commit {commit[:7]})")
             done.add(job.key)
