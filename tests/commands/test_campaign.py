@@ -5,6 +5,7 @@ record, in a temporary git repository."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -511,6 +512,12 @@ plan: {{}}
     tree = c.worktree(repo, Path("runs/campaign/worktree"), head)
     [job] = [j for j in c.card_jobs(card_suite.load(repo / c.SUITE_FILE)) if j.values["pos.name"] == "rope"]
     assert job.extrapolate == ["code_lm", "rope", "200"]
+    trained_only = c.Job(**{**job.__dict__, "extrapolate": []})   # as if stopped before the evaluation
+    subprocess.run(c.train_command(trained_only, tree, []), cwd=tree, check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": f"{tree / 'src'}:{tree}"})
+    assert (tree / "results" / job.table / job.name / "summary.json").is_file()
+    c.salvage([job], done := set(), repo, tree, c.BRANCH, head, log=lambda _: None)
+    assert not done   # a record without its extrapolation is not whole: the job runs again, and evaluates
     assert c.run([job], c.order([job], set()), repo, tree, c.BRANCH, head, 1, [], log=lambda _: None) == 0
     committed = git(repo, "ls-tree", "-r", "--name-only", c.BRANCH, "--", f"results/{job.table}/{job.name}")
     assert {Path(p).name for p in committed.splitlines()} >= {"summary.json", "metrics.csv", c.EXTRAPOLATION}
