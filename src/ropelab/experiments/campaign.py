@@ -581,7 +581,7 @@ EXTRAPOLATE = """\
 import sys, torch
 from ropelab.analysis import card_suite
 from ropelab.experiments import card
-torch.set_num_threads(1)
+torch.set_num_threads(1)   # a pin whose card.extrapolate evaluates at the process's threads
 task, scheme, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 suite = card_suite.load()
 req = card.Request(suite=suite, scheme=scheme, options={}, how=[], trial={}, specs=[suite.tasks[task]])

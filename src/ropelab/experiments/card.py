@@ -252,13 +252,20 @@ def run_dir(req: Request, job: Job) -> Path:
 def extrapolate(req: Request, job: Job, results: Path, log=print) -> bool:
     """code_lm: the loss at each of the suite's factors of the window, from the run folder's checkpoint, into the
     record's extrapolation.csv. False when the checkpoint is gone."""
+    import torch
+
     from ropelab.experiments.extrapolate import Variant, extrapolate_run
 
     folder = run_dir(req, job)
     record = records_root(req, results) / job.spec.name / job.name
     if not runs.last_checkpoint(folder).is_file() or record.is_symlink():
         return False
-    rows = extrapolate_run(folder, list(job.spec.extrapolation), [Variant()], log=log)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # one thread, as the baselines' evaluation (the campaign's) and every job's training
+    try:
+        rows = extrapolate_run(folder, list(job.spec.extrapolation), [Variant()], log=log)
+    finally:
+        torch.set_num_threads(threads)
     frame = pd.DataFrame(rows).drop(columns=["run"])
     runs.atomic_write_text(record / card_report.EXTRAPOLATION, frame.to_csv(index=False, float_format="%.6g"))
     return True
