@@ -175,11 +175,16 @@ def test_a_record_the_pinned_commit_holds_is_never_salvaged_even_where_main_drop
 
 
 STOPPED = """
-import sys
+import shlex, sys
 from pathlib import Path
 from ropelab.experiments import campaign as c
 job = c.Job("fake", "g=a,seed=0", [], {"seed": 0}, "fake", groups=["a"])
-sleeper = lambda job, tree, passthrough: [sys.executable, "-c", "import time; time.sleep(120)"]
+# a shell over the trainer, as a card job that extrapolates runs: the trainer says when it starts and when it is ended
+trainer = ("import pathlib, signal, sys, time; end = pathlib.Path(sys.argv[1]); "
+           "signal.signal(signal.SIGTERM, lambda *_: (end.write_text('ended'), sys.exit(0))); "
+           "pathlib.Path(sys.argv[2]).write_text(''); time.sleep(120)")
+marks = [str(Path(sys.argv[1]) / name) for name in ("ended", "started")]
+sleeper = lambda job, tree, passthrough: ["bash", "-c", shlex.join([sys.executable, "-c", trainer, *marks]) + "; true"]
 sys.exit(c.run([job], [("a", [job], 1.0)], Path(sys.argv[1]), Path(sys.argv[1]), c.BRANCH, "0" * 40, 1, [],
                command=sleeper))
 """
@@ -191,9 +196,16 @@ def test_sigterm_or_sigint_stops_a_campaign_started_in_the_background_as_ctrl_c_
     proc = subprocess.Popen([sys.executable, "-u", "-c", STOPPED, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                             preexec_fn=ignore_sigint)
     assert proc.stdout.readline().startswith("start fake/g=a,seed=0")   # the job is in flight
+    while not (tmp_path / "started").exists():   # its trainer is up, its handler set
+        assert proc.poll() is None
     proc.send_signal(sig)
     assert proc.wait(timeout=60) == 130
     assert proc.stdout.read() == "stopped: 1 jobs in flight lost; run again to resume\n"
+    for _ in range(600):   # the trainer under the job's shell was ended too, not left to run on
+        if (tmp_path / "ended").exists():
+            break
+        subprocess.run(["sleep", "0.1"])
+    assert (tmp_path / "ended").read_text() == "ended"
 
 
 def test_commit_waits_while_a_lock_is_held(repo, tmp_path):

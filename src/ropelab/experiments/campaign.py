@@ -629,7 +629,8 @@ def run(jobs: list[Job], plan: list[tuple[str, list[Job], float]], repo: Path, t
                 out.parent.mkdir(parents=True, exist_ok=True)
                 handle = open(out, "w")
                 proc = subprocess.Popen(command(job, tree, passthrough), cwd=tree, env={**env, **job.env},
-                                        stdout=handle, stderr=subprocess.STDOUT)
+                                        stdout=handle, stderr=subprocess.STDOUT,
+                                        start_new_session=True)   # a group of its own: a stop ends all of it
                 running[proc] = (group, job, time.time(), handle)
                 pinned = f" (auto precision as its group's records: {', '.join(job.env.values())})" if job.env else ""
                 log(f"start {job.key} [{group}]{pinned}")
@@ -655,8 +656,11 @@ def run(jobs: list[Job], plan: list[tuple[str, list[Job], float]], repo: Path, t
                     f" jobs, {_hours(left_s)} CPU-h; ETA {eta / 3600:.1f} h; {job.key} "
                     f"{time.time() - t0:.0f} s (estimated {job.cost:.0f} s)")
     except KeyboardInterrupt:
-        for proc in running:
-            proc.terminate()
+        for proc in running:   # a card job's shell and the trainer under it alike
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         log(f"stopped: {len(running)} jobs in flight lost; run again to resume")
         return 130
     finally:
