@@ -236,7 +236,7 @@ def missing_baselines(spec: TaskSpec, cols: dict[str, Column], seeds: list[int])
 def computation(mine: Column, rope: Column, results: Path) -> str:
     """Why the two columns are not one computation (``ropelab.core.identity.pairable``: commits and machine kinds
     joined only by committed checks), with what would join them, else ""."""
-    from ropelab.core.identity import commit_of, kind_of, pairable
+    from ropelab.core.identity import commit_of, equivalence_command, kind_of, pairable
 
     pairing = pairable([r.summary for r in [*mine.records, *rope.records]])
     if pairing.ok:
@@ -245,8 +245,8 @@ def computation(mine: Column, rope: Column, results: Path) -> str:
     theirs = sorted({commit_of(r.summary) for r in rope.records})
     ours = sorted({commit_of(r.summary) for r in mine.records})
     if "commits" in pairing.failed and len(theirs) == 1 and len(ours) == 1 and theirs != ours:
-        join = (f"; `ropelab campaign --equivalence {theirs[0]} {ours[0]} --jobs-from card` checks whether the "
-                "baselines' commit and the card's compute the same")
+        join = (f"; {equivalence_command(theirs[0], ours[0], 'card')} checks whether the baselines' commit and "
+                "the card's compute the same")
     if "kinds" in pairing.failed:
         join = (f"; the baselines ran on {', '.join(sorted({kind_of(r.summary) for r in rope.records}))}: a card "
                 f"compares there, or here after a kind check (`ropelab reproduce card/{rope.records[0].summary.get('task')} "

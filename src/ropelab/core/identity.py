@@ -205,6 +205,13 @@ def joined(items: list[str], links: list[tuple[str, str]]) -> bool:
     return set(items) <= seen
 
 
+def equivalence_command(earlier: str, later: str, table: str | Path) -> str:
+    """The command that commits an equivalence record joining ``earlier`` to ``later``, retraining jobs of ``table``
+    (its records' folder: results/pope_baselines, card/code_lm; the card's tables are declared as "card")."""
+    declared_as = "card" if Path(table).parent.name == "card" else Path(table).name
+    return f"`ropelab campaign --equivalence {earlier} {later} --jobs-from {declared_as}`"
+
+
 def equivalent_commits(results: Path) -> list[tuple[str, str]]:
     """Pairs of commits (7 characters) a committed equivalence record shows to compute the same."""
     return [(str(c["commits"][0])[:7], str(c["commits"][1])[:7]) for c in _checks(results, EQUIVALENCE)
@@ -263,7 +270,7 @@ def pairable(records: Iterable[Any], results: Path | None = None, declared: Iter
     shows them the same code); several machine kinds only where committed kind checks join them; several resolved
     settings never. ``declared`` ("commits", "cpus"): a claim's own declaration that they may, said in the reason.
     ``results``: the folder of the check records (default the checkout's results/). Equivalence records:
-    ``ropelab campaign --equivalence A B --jobs-from TABLE``; kind checks: ``ropelab reproduce TABLE --kind-check``."""
+    ``equivalence_command``; kind checks: ``ropelab reproduce TABLE --kind-check``."""
     results = Path(results) if results is not None else Path(__file__).resolve().parents[3] / "results"
     summaries = [r if isinstance(r, Mapping) else r.summary for r in records]
     commits = Counter(commit_of(s) for s in summaries)

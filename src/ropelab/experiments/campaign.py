@@ -56,7 +56,7 @@ import yaml
 from ropelab.core import identity, record
 from ropelab.core.cli import CONF_DIR, REPO
 from ropelab.core.errors import ConfigError
-from ropelab.core.record import read as read_record
+from ropelab.core.record import Record, read as read_record
 
 BRANCH = "campaign-records"
 CARD = "card"
@@ -435,7 +435,7 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
                 for job in left:
                     job.env = {machine.AUTO_PRECISION_ENV: ran_at}
                 continue
-        table = its[0].table   # what reproduce reads; --jobs-from names the card's tables "card"
+        table = its[0].table   # what reproduce reads
         theirs, mine = [identity.of_record(s) for s in records], [o["identity"] for o in ours]
         keys = identity.varying([*theirs, *mine])
         shown = lambda ids: ", ".join(sorted({identity.show(i, keys) for i in ids}))  # noqa: E731
@@ -449,10 +449,9 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
                           "--kind-check`, committed)")
         elif "commits" in pairing.failed:
             commits = pairing.others("commits", pinned)
-            declared_as = CARD if table.startswith(f"{CARD}/") else table
             out[group] = (f"its records ran at {', '.join(commits)}, not the same code as {pinned} nor joined to it "
-                          f"by an equivalence record: pin --commit {commits[0]}, or commit `ropelab campaign "
-                          f"--equivalence {commits[0]} {pinned} --jobs-from {declared_as}`")
+                          f"by an equivalence record: pin --commit {commits[0]}, or commit "
+                          f"{identity.equivalence_command(commits[0], pinned, table)}")
         elif "settings" in pairing.failed:
             out[group] = (f"its records ran at {shown(theirs)}; here its jobs would run at {shown(mine)}: they would be "
                           "trials")
@@ -598,9 +597,10 @@ def train_command(job: Job, tree: Path, passthrough: list[str]) -> list[str]:
     return ["bash", "-c", f"{shlex.join(train)} && {shlex.join([sys.executable, '-c', EXTRAPOLATE, *job.extrapolate])}"]
 
 
-def finished(record: Path, job: Job) -> bool:
-    """The job's record is whole: completed, with its extrapolation where its task extrapolates."""
-    return read_record(record).completed and (not job.extrapolate or (record / EXTRAPOLATION).is_file())
+def finished(record: Path, job: Job) -> Record | None:
+    """The job's record, read, where it is whole: completed, with its extrapolation where its task extrapolates."""
+    read = read_record(record)
+    return read if read.completed and (not job.extrapolate or (record / EXTRAPOLATION).is_file()) else None
 
 
 def _hours(seconds: float) -> str:
@@ -702,7 +702,8 @@ def salvage(jobs: list[Job], done: set[str], repo: Path, tree: Path, branch: str
     so at a later commit than its own; a link to another table's record, unlinked on main since, included)."""
     for job in jobs:
         record = tree / "results" / job.table / job.name
-        if job.key not in done and finished(record, job) and commit.startswith(read_record(record).commit):
+        whole = job.key not in done and finished(record, job)
+        if whole and commit.startswith(whole.commit):
             commit_record(repo, branch, commit, record, f"results/{job.table}/{job.name}",
                           f"records: {job.table}/{job.name} (campaign, commit {commit[:7]})")
             done.add(job.key)

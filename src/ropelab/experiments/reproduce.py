@@ -326,8 +326,7 @@ def kind_check(table: Path, chosen: list[Path], out: Path, results: Path = RESUL
     if not identity.joined([here_commit, *commits], links):
         raise ConfigError(f"--kind-check: the records ran at {', '.join(commits)}, this code is {here_commit}, and "
                           f"no equivalence record joins them: run it from a worktree at {commits[0]}, or first "
-                          f"`python -m ropelab.experiments.campaign --equivalence {commits[0]} {here_commit} "
-                          f"--jobs-from {'card' if table.parent.name == 'card' else table.name}`")
+                          f"{identity.equivalence_command(commits[0], here_commit, table)}")
     jobs, diffs = [], {}
     for record, summary, saved in loaded:
         scratch = out / table.name / record.name
