@@ -234,6 +234,12 @@ def test_order_runs_whole_groups_cheapest_first_and_a_shared_job_once():
     assert "total" in c.plan_text(plan).splitlines()[-1]
 
 
+def test_a_card_tasks_top_up_runs_after_every_first_round_however_cheap():
+    cheap, dear = "card cheap", "card dear"
+    jobs = jobs_of({cheap: [0], cheap + c.TOP_UP: [1], dear: [0]}, cost={dear: 100.0})
+    assert [g for g, *_ in c.order(jobs, set())] == [cheap, dear, cheap + c.TOP_UP]
+
+
 def test_estimate_is_robust_to_a_slow_outlier():
     jobs = jobs_of({"a": [9]})
     recorded = {f"fake/g=a,seed={s}": {"wall_seconds": w, "steps": 3, "status": "completed"}
@@ -391,6 +397,14 @@ def test_a_group_whose_records_ran_on_a_gpu_is_held_on_a_cpu_whatever_its_precis
     assert kept["claim gpu records"].endswith("would run its jobs at trainer.accelerator=cpu: finish it there")
 
 
+def test_a_card_tasks_top_up_is_held_by_the_records_of_its_first_round(tmp_path):
+    here = _summary("avx512_bf16", "")["machine"]
+    jobs = jobs_of({"card t": [0, 1], "card t" + c.TOP_UP: [2]})
+    recorded = {"fake/g=card t,seed=0": _summary("amx_bf16", "aaaaaaa")}
+    kept = c.held(jobs, set(recorded), recorded, "aaaaaaa" + "0" * 33, tmp_path / "results", here=here)
+    assert sorted(kept) == ["card t", "card t" + c.TOP_UP]
+
+
 def test_a_group_of_a_kind_a_kind_check_joins_runs_here_at_the_precision_auto_gave_its_records(tmp_path, monkeypatch):
     here = _summary("avx512_bf16", "")["machine"]   # auto would be bf16 here; the records ran at fp32 on avx2
     jobs = jobs_of({"claim fp32 group": [0, 1], "claim unjoined": [0, 1]})
@@ -457,7 +471,7 @@ def test_a_worktree_moves_to_a_commit_that_holds_its_records_merged_and_keeps_th
     assert (tree / "results" / "t" / "new" / "summary.json").is_file()
 
 
-def test_card_jobs_run_rope_at_every_seed_first_then_the_others_at_the_first_seeds_before_the_top_up():
+def test_card_jobs_run_rope_at_every_seed_first_then_the_others_at_the_first_seeds_and_the_top_up_as_its_own_group():
     from ropelab.analysis import card_suite
 
     suite = card_suite.load()
@@ -470,6 +484,8 @@ def test_card_jobs_run_rope_at_every_seed_first_then_the_others_at_the_first_see
     seeds = [j.values["seed"] for j in others]
     first = len(suite.seeds) * len({j.values["pos.name"] for j in others})
     assert set(seeds[:first]) == set(suite.seeds) and not set(seeds[first:]) & set(suite.seeds)
+    assert {g for j in jobs[:len(planned) + first] for g in j.groups} == {"card dyck3"}
+    assert {g for j in others[first:] for g in j.groups} == {"card dyck3" + c.TOP_UP}
 
 
 def test_a_card_suite_edit_holds_only_the_card_groups_whose_jobs_it_changes(repo):

@@ -60,6 +60,7 @@ from ropelab.core.record import Record, read as read_record
 
 BRANCH = "campaign-records"
 CARD = "card"
+TOP_UP = " top-up"   # a card task's group of the seeds past the suite's first ones
 SUITE_FILE = "conf/card/suite.yaml"
 WORKTREE = Path("runs/campaign/worktree")
 LOCK_RETRIES = 120
@@ -153,7 +154,8 @@ def preset_jobs(name: str, preset: dict) -> list[Job]:
 def card_jobs(suite=None) -> list[Job]:
     """The card suite's baseline table: every scheme of conf/pos/ on each calibrated task at its planned seeds, in
     the order that gives verdicts soonest: rope (what every scheme is compared with, and whose seeds re-plan n) at
-    all its seeds first, then every other scheme at the suite's first seeds before the plan's top-up seeds."""
+    all its seeds first, then every other scheme at the suite's first seeds (the task's group), before the plan's
+    top-up seeds (its top-up group, which runs after every card task's first round: see ``order``)."""
     from ropelab.analysis import card_suite
     from ropelab.analysis.card import REFERENCE
     from ropelab.core.cli import group_choices
@@ -169,13 +171,14 @@ def card_jobs(suite=None) -> list[Job]:
         planned = suite.seeds_for(spec.name)
         first = [s for s in planned if s in suite.seeds]
         top_up = [s for s in planned if s not in first]
-        for seeds, scheme in [(planned, REFERENCE), *((batch, scheme) for batch in (first, top_up) for scheme in others)]:
+        rounds = [(planned, REFERENCE, ""), *((first, s, "") for s in others), *((top_up, s, TOP_UP) for s in others)]
+        for seeds, scheme, suffix in rounds:
             req = card.Request(suite=suite, scheme=scheme, options={}, how=[], trial={}, specs=[spec])
             for seed in seeds:
                 argv = card.train_command(req, spec, [seed], card.RESULTS)[3:]
                 name = card.job_name(req, spec, seed)
                 job = Job(f"{CARD}/{spec.name}", name, argv, _values(base, [f"pos={scheme}", f"seed={seed}"]),
-                          f"card/{spec.name}", groups=[f"card {spec.name}"],
+                          f"card/{spec.name}", groups=[f"{CARD} {spec.name}{suffix}"],
                           extrapolate=[spec.name, scheme, str(seed)] if spec.extrapolation else [])
                 jobs.append(job)
     return jobs
@@ -409,8 +412,10 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
     out = {}
     for group, its in members.items():
         left = [j for j in its if j.key not in done]
-        # a preset's grid is compared across its table (its report), a claim's or a card row's within the group
-        compared = [j for j in jobs if j.table == its[0].table] if group.startswith("table ") else its
+        # a preset's grid is compared across its table (its report), a card task's too (every scheme with rope, its
+        # top-up with its first round), a claim's within the group
+        whole_table = group.startswith(("table ", f"{CARD} "))
+        compared = [j for j in jobs if j.table == its[0].table] if whole_table else its
         records = [recorded[j.key] for j in compared if j.key in done and j.key in recorded]
         if not left:
             continue
@@ -512,15 +517,16 @@ def _resolved(job: Job) -> tuple[str, str]:
 
 
 def order(jobs: list[Job], done: set[str], held: Iterable[str] = ()) -> list[tuple[str, list[Job], float]]:
-    """(group, its jobs left, their CPU-seconds), the cheapest group first; a job in several groups runs with the
-    first of them to come; a job of a ``held`` group does not run."""
+    """(group, its jobs left, their CPU-seconds), the cheapest group first, every card task's top-up after the
+    first rounds (the expensive tasks at the suite's first seeds before the cheap ones at more); a job in several
+    groups runs with the first of them to come; a job of a ``held`` group does not run."""
     held = set(held)
     groups: dict[str, list[Job]] = {}
     for job in jobs:
         if job.key not in done and not held.intersection(job.groups):
             for group in job.groups:
                 groups.setdefault(group, []).append(job)
-    ranked = sorted(groups.items(), key=lambda kv: (sum(j.cost for j in kv[1]), kv[0]))
+    ranked = sorted(groups.items(), key=lambda kv: (kv[0].endswith(TOP_UP), sum(j.cost for j in kv[1]), kv[0]))
     taken: set[str] = set()
     out = []
     for group, members in ranked:
