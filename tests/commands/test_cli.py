@@ -49,6 +49,19 @@ def test_the_rest_of_the_line_reaches_the_command_and_its_exit_code_comes_back(c
     assert "no_such_table" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command, flag, bad, bound", [
+    ("campaign", "--jobs", "0", "1"), ("campaign", "--count", "0", "1"), ("depth-manifold", "--examples", "1", "2"),
+    ("escape-routes", "--examples", "0", "1"), ("freq-usage", "--examples", "0", "1"), ("resonance", "--draws", "0", "1"),
+    ("guess", "--n", "0", "1"), ("momentum-report", "--k", "0", "1"), ("report", "--smooth", "0", "1"),
+    ("extrapolate", "--threads", "0", "1"), ("prune", "--older-than", "-0.5", "0"),
+])
+def test_a_count_below_its_bound_names_the_flag_and_the_bound_and_exits_2(command, flag, bad, bound, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, flag, bad])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: argument {flag}: {bad} is invalid: a number >= {bound}")
+
+
 def test_a_command_whose_module_is_missing_is_one_line(monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "later", ("ropelab.experiments.not_written_yet", "a command to come"))
     assert cli.main(["later"]) == 1

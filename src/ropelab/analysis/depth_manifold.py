@@ -40,6 +40,7 @@ import torch
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.run_folders import finished_runs
 from ropelab.analysis.stats import estimate, paired_difference
+from ropelab.core.cli import at_least
 
 RIDGE = 1e-2          # ridge strength, relative to the mean eigenvalue of the fit states' covariance
 EXAMPLES = 256        # examples per split
@@ -295,13 +296,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ropelab depth-manifold", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="dyck3 sweep or run folders (config.yaml + checkpoints/last.ckpt)")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--examples", type=int, default=EXAMPLES, help="examples per split")
+    parser.add_argument("--examples", type=at_least(2), default=EXAMPLES,
+                        help="examples per split (at least 2: the probe needs a fit and a held-out example)")
     parser.add_argument("--checkpoint", default="checkpoints/last.ckpt", help="checkpoint path inside each run")
     parser.add_argument("--reference", default="rope", help="the scheme the others are compared with")
     args = parser.parse_args(argv)
-    if args.examples < 2:
-        print("error: --examples must be >= 2 (the probe needs a fit and a held-out example)", file=sys.stderr)
-        return 2
     try:
         found = [(Path(run), None) for run in args.runs] if args.checkpoint != "checkpoints/last.ckpt" \
             else finished_runs(args.runs)

@@ -42,6 +42,7 @@ import torch
 from ropelab.analysis.run_folders import finished_runs
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import estimate, paired_difference
+from ropelab.core.cli import at_least
 
 EXAMPLES = 256
 CHUNK = 64       # examples per forward
@@ -274,11 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ropelab escape-routes", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="sweep or run folders with checkpoints/last.ckpt")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--examples", type=int, default=EXAMPLES, help="validation examples per run")
+    parser.add_argument("--examples", type=at_least(1), default=EXAMPLES, help="validation examples per run")
     args = parser.parse_args(argv)
-    if args.examples < 1:
-        print("error: --examples must be >= 1", file=sys.stderr)
-        return 2
     try:
         found = finished_runs(args.paths)
         if not found:

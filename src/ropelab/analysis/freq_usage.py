@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from ropelab.analysis.report.tables import pipe_table
+from ropelab.core.cli import at_least
 
 SUPPORTED = ("rope", "rope_half", "pope")
 
@@ -192,12 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ropelab freq-usage", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run folders (config.yaml + checkpoints/last.ckpt)")
     parser.add_argument("--out", help="output folder (default: <first run>/freq_usage)")
-    parser.add_argument("--examples", type=int, default=512, help="validation examples to average over")
+    parser.add_argument("--examples", type=at_least(1), default=512, help="validation examples to average over")
     parser.add_argument("--checkpoint", default="checkpoints/last.ckpt", help="checkpoint path inside each run")
     args = parser.parse_args(argv)
-    if args.examples < 1:
-        print("error: --examples must be >= 1", file=sys.stderr)
-        return 2
     try:
         results = [analyse_run(run, args.examples, args.checkpoint) for run in args.runs]
     except (FreqUsageError, FileNotFoundError) as err:  # a path that is no trained run: attention_maps.RunFolderError

@@ -38,6 +38,7 @@ from tasks.base import IGNORE
 SAMPLES = 100_000  # a sampled floor's standard error is then ≤ 0.16 points
 
 from ropelab.core import record
+from ropelab.core.cli import at_least
 
 
 def _answers(task, rng, n):
@@ -182,7 +183,7 @@ def shortcut_levels(configs: Iterable[dict]) -> dict[str, dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("record_root", type=Path, help="a folder of run records, e.g. results/momentum_gamma")
-    p.add_argument("--n", type=int, default=20000, help="examples to fit and to score the guess on")
+    p.add_argument("--n", type=at_least(1), default=20000, help="examples to fit and to score the guess on")
     args = p.parse_args(argv)
     configs = [r.saved_config for r in record.under(args.record_root) if r.saved_config]
     for name, acc in baselines(configs, args.n).items():

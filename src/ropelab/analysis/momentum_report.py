@@ -17,6 +17,7 @@ from pathlib import Path
 from ropelab.analysis.report.momentum import default_ckpt_roots, section
 from ropelab.analysis.report.write import open_report
 from ropelab.analysis.stats import Landmarks
+from ropelab.core.cli import at_least
 from ropelab.core.runs import atomic_write_text
 
 
@@ -37,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="where job folders with checkpoints/ live when SWEEP_DIR holds records (default: runs/<name>)")
     p.add_argument("--no-attention", action="store_true", help="skip the attention maps and the sharpening number")
     p.add_argument("--attn-layer", type=int, default=0, help="layer of the attention figure (-1: last)")
-    p.add_argument("--k", type=int, default=3, help="sharpening: mass on the k most recent tokens")
-    p.add_argument("--examples", type=int, default=16, help="sharpening: validation examples per run")
+    p.add_argument("--k", type=at_least(1), default=3, help="sharpening: mass on the k most recent tokens")
+    p.add_argument("--examples", type=at_least(1), default=16, help="sharpening: validation examples per run")
     p.add_argument("--margin", type=float, default=0.05, help="flat: every Δ(γ) interval within ±margin (accuracy)")
     p.add_argument("--dpi", type=int, default=100)
     args = p.parse_args(argv)

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ropelab.analysis.report.records import Run, load_run, load_trace
+from ropelab.core.cli import at_least
 from ropelab.core.record import run_dirs
 from ropelab.analysis.report.tables import markdown_table
 from ropelab.analysis.stats import estimate, paired_difference
@@ -257,12 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ropelab resonance", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="sweep or run folders with config.yaml and positional_trace.npz")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--draws", type=int, default=DRAWS, help="random spectra per run")
+    parser.add_argument("--draws", type=at_least(1), default=DRAWS, help="random spectra per run")
     parser.add_argument("--threshold", type=float, default=THRESHOLD, help="cos(ω·N) at or above this is near 1")
     args = parser.parse_args(argv)
-    if args.draws < 1:
-        print("error: --draws must be >= 1", file=sys.stderr)
-        return 2
     if not -1 < args.threshold < 1:
         print(f"error: --threshold={args.threshold} must lie in (-1, 1)", file=sys.stderr)
         return 2

@@ -4,13 +4,16 @@ Hydra's own override parser reads the command line (``choice(…)``, ``range(…
 where it refuses an override its message is the error, on one line. Two checks are ours, because Hydra's errors
 come too late or say less: every value of a group axis must name a conf/<group>/<choice>.yaml (Hydra finds a
 missing one only when that sweep job starts, after the others trained), and every ``a.b=v`` must name a key
-(Hydra's error does not list the valid ones).
+(Hydra's error does not list the valid ones). The commands' own flags are argparse's; ``at_least`` bounds their
+counts.
 """
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # registers ${ropelab_job_name_excludes:}, which conf/config.yaml names
@@ -22,6 +25,18 @@ CONF_DIR = REPO / "conf"
 
 # the config groups of a run; conf/ holds other folders (claims/, card/) that the claims engine and the card read
 RUN_GROUPS = ("task", "pos", "model", "trainer", "logger", "experiment")
+
+
+def at_least(low: float, kind: type = int) -> Callable[[str], float]:
+    """An argparse type for the commands' counts and bounds: below ``low``, argparse's error names the flag and the
+    bound, and the command exits 2 before it reads or trains anything."""
+    def parse(text: str) -> float:
+        value = kind(text)  # not a number: argparse's own "invalid int value: 'x'"
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text} is invalid: a number >= {low:g}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def group_choices(group: str) -> list[str]:

@@ -55,6 +55,7 @@ import yaml
 
 from ropelab.core import identity, record
 from ropelab.core.cli import CONF_DIR, REPO
+from ropelab.core.cli import at_least
 from ropelab.core.errors import ConfigError
 from ropelab.core.record import Record, read as read_record
 
@@ -767,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ropelab.experiments.campaign", description=__doc__.splitlines()[0])
     p.add_argument("--plan", action="store_true", help="print the jobs and CPU-hours left by group; train nothing")
     p.add_argument("--tables", default="", help="comma-separated tables (results/<table>; card); default all")
-    p.add_argument("--jobs", type=int, default=1, help="jobs in parallel, one thread each (default 1)")
+    p.add_argument("--jobs", type=at_least(1), default=1, help="jobs in parallel, one thread each (default 1)")
     p.add_argument("--commit", default="HEAD", help="the commit whose code trains (an ancestor of main)")
     p.add_argument("--main", default="main", help="the branch the pinned commit must be an ancestor of")
     p.add_argument("--branch", default=BRANCH, help=f"the branch records are committed on (default {BRANCH})")
@@ -775,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--equivalence", nargs=2, metavar=("A", "B"), help="are commits A and B one computation? "
                    "retrain --count jobs of --jobs-from at both here; writes results/equivalence/A_B/")
     p.add_argument("--jobs-from", default="", help="the table whose cheapest jobs --equivalence retrains")
-    p.add_argument("--count", type=int, default=2, help="how many jobs --equivalence retrains (default 2)")
+    p.add_argument("--count", type=at_least(1), default=2, help="how many jobs --equivalence retrains (default 2)")
     p.add_argument("overrides", nargs="*", help="passed to every job: hydra/launcher=slurm …")
     args = p.parse_args(argv)
     repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel", check=False) or REPO)
@@ -791,8 +792,6 @@ def _campaign(args: argparse.Namespace, repo: Path, tables: list[str] | None) ->
     if args.equivalence:
         check_tables([args.jobs_from], option="--jobs-from")
         return equivalence(repo, args.equivalence, args.jobs_from, args.count, args.branch, args.main)
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs {args.jobs}: at least 1")
     check_tables(tables)
     commit = pin(repo, args.commit, args.main)
     tree = None if args.plan else worktree(repo, args.worktree, commit)

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from ropelab.core import positional, record
+from ropelab.core.cli import at_least
 from ropelab.core.errors import ConfigError, require
 from ropelab.core.runs import last_checkpoint
 import tasks
@@ -396,14 +397,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scaling", nargs="+", default=None,
                         help="variants for pos=rope runs: none, linear|ntk|yarn:<factor|auto> (default none)")
     parser.add_argument("--split", default=None, choices=("val", "test"), help="the fixed set (default val)")
-    parser.add_argument("--examples", type=int, default=None, help="examples per length (default data.val_size)")
+    parser.add_argument("--examples", type=at_least(1), default=None, help="examples per length (default data.val_size)")
     parser.add_argument("--reference", nargs="+", default=["rope"], help="the schemes or variants the others are "
                         "compared with, paired by seed, a table each (default rope; e.g. rope 'rope+yarn×4 (eval)')")
     parser.add_argument("--tables-from", nargs="+", default=None, metavar="CSV", help="rebuild the tables and the "
                         "figure from extrapolation.csv files already written (no evaluation; e.g. with other "
                         "--reference, or merging evaluations of different runs: a later file's row replaces an "
                         "earlier one of the same run, label and factor)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument("--threads", type=at_least(1), default=None, help="torch threads")
     parser.add_argument("--out", default=None, help="output folder (default runs/extrapolation/<first path name>; with "
                         "--tables-from, the first CSV's folder)")
     args = parser.parse_args(argv)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ropelab.core import runs
 from ropelab.core.cli import REPO
+from ropelab.core.cli import at_least
 
 RESULTS = REPO / "results"
 
@@ -48,13 +49,10 @@ def stale_checkpoints(root: Path, older_than_days: float) -> dict[Path, list[Pat
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ropelab prune", description=__doc__.split("\n\n")[0])
     p.add_argument("folder", nargs="?", type=Path, default=runs.RUNS_ROOT, help="where run folders lie (default runs/)")
-    p.add_argument("--older-than", type=float, required=True, metavar="DAYS",
+    p.add_argument("--older-than", type=at_least(0, float), required=True, metavar="DAYS",
                    help="delete checkpoints last written more than DAYS ago; 0 deletes them all")
     p.add_argument("--dry-run", action="store_true", help="print what would be freed, delete nothing")
     args = p.parse_args(argv)
-    if args.older_than < 0:
-        print(f"error: --older-than {args.older_than:g} is invalid: a number of days >= 0", file=sys.stderr)
-        return 2
     if _in_results(args.folder):
         print(f"error: {args.folder} is under results/: records keep no checkpoints, and prune never writes there",
               file=sys.stderr)

@@ -12,6 +12,7 @@ from pathlib import Path
 from ropelab.analysis.report.momentum import default_ckpt_roots
 from ropelab.analysis.report.write import write_report
 from ropelab.analysis.stats import Landmarks
+from ropelab.core.cli import at_least
 from ropelab.core.runs import LAST_CHECKPOINT, RUNS_ROOT, shorter
 
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sweep_dir", type=Path, nargs="+",
                    help="a sweep folder (e.g. runs/bifocal_table1), or several run folders to compare side by side")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: SWEEP_DIR/report)")
-    p.add_argument("--smooth", type=int, default=10, help="lock-in: trailing-mean window in steps")
+    p.add_argument("--smooth", type=at_least(1), default=10, help="lock-in: trailing-mean window in steps")
     p.add_argument("--plateau", type=int, nargs=2, default=(20, 60), metavar=("FROM", "TO"),
                    help="lock-in: plateau window in steps")
     p.add_argument("--lockin-frac", type=float, default=0.5, help="lock-in: fraction of the plateau loss")
