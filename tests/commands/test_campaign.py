@@ -433,11 +433,32 @@ def test_a_group_whose_preset_here_differs_from_the_pinned_commits_is_held(repo)
     pinned = git(repo, "rev-parse", "HEAD")
     jobs = [c.Job("t", "seed=0", [], {"seed": 0}, "grid", groups=["table grid"]),
             c.Job("u", "seed=0", [], {"seed": 0}, "other", groups=["table other"])]
-    assert c.declared_elsewhere(jobs, repo, pinned) == {}
+    assert c.differs_at_pin(jobs, repo, pinned) == {}
     preset.write_text("steps: 250,500\n")   # edited here, not at the pinned commit: its jobs there are others
-    assert c.declared_elsewhere(jobs, repo, pinned) == {
+    assert c.differs_at_pin(jobs, repo, pinned) == {
         "table grid": f"conf/experiment/grid.yaml here differs from the pinned commit {pinned[:7]}'s, where its jobs "
                       "train: commit it, and pin that commit"}
+
+
+def test_a_group_whose_table_at_the_pinned_commit_holds_records_moved_since_is_held(repo):
+    """A record main moved away (to a folder of its own) still stands in the pinned worktree's table: a job there
+    would be checked against it and refused as a trial, so the plan holds its group instead of training it."""
+    old = repo / "results" / "t" / "gpu_job"
+    old.mkdir(parents=True)
+    (old / "summary.json").write_text("{}")
+    git(repo, "add", "results")
+    git(repo, "commit", "-q", "-m", "a gpu record")
+    pinned = git(repo, "rev-parse", "HEAD")
+    jobs = [c.Job("t", "seed=0", [], {"seed": 0}, "grid", groups=["table t"]),
+            c.Job("u", "seed=0", [], {"seed": 0}, "other", groups=["table u"])]
+    assert c.differs_at_pin(jobs, repo, pinned) == {}
+    (repo / "results" / "t_gpu").mkdir()
+    git(repo, "mv", "results/t/gpu_job", "results/t_gpu/gpu_job")
+    git(repo, "commit", "-q", "-m", "moved")
+    held = c.differs_at_pin(jobs, repo, pinned)
+    assert list(held) == ["table t"]
+    assert "holds 1 records this checkout has moved or removed (such as gpu_job)" in held["table t"]
+    assert c.differs_at_pin(jobs, repo, git(repo, "rev-parse", "HEAD")) == {}
 
 
 def test_a_pinned_commit_older_than_the_card_suite_holds_its_card_groups_and_plans_the_tables(repo):
@@ -450,9 +471,9 @@ def test_a_pinned_commit_older_than_the_card_suite_holds_its_card_groups_and_pla
     suite.write_text((ROOT / c.SUITE_FILE).read_text())
     git(repo, "add", c.SUITE_FILE)   # tracked here, absent at the pinned commit
     table = [c.Job("t", "seed=0", [], {"seed": 0}, "grid", groups=["table grid"])]
-    assert c.declared_elsewhere(table, repo, pinned) == {}
+    assert c.differs_at_pin(table, repo, pinned) == {}
     card = c.card_jobs(card_suite.load(suite))
-    held = c.declared_elsewhere(card, repo, pinned)
+    held = c.differs_at_pin(card, repo, pinned)
     assert set(held) == {g for j in card for g in j.groups} and held
 
 
@@ -502,7 +523,7 @@ def test_a_card_suite_edit_holds_only_the_card_groups_whose_jobs_it_changes(repo
 
     def held_after(text: str) -> dict[str, str]:
         suite.write_text(text)
-        return c.declared_elsewhere(c.card_jobs(card_suite.load(suite)), repo, pinned)
+        return c.differs_at_pin(c.card_jobs(card_suite.load(suite)), repo, pinned)
 
     assert held_after(original + "# a comment changes no job\n") == {}
     dyck3 = "setting: {trainer.max_steps: 400, trainer.val_every: 50}\n    source: results/calibration/dyck3"

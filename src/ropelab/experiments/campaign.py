@@ -464,10 +464,11 @@ def held(jobs: list[Job], done: set[str], recorded: dict[str, dict], commit: str
     return out
 
 
-def declared_elsewhere(jobs: list[Job], repo: Path, commit: str) -> dict[str, str]:
+def differs_at_pin(jobs: list[Job], repo: Path, commit: str) -> dict[str, str]:
     """group → why: the preset that declares its jobs differs between this checkout and the pinned commit, where
-    they train, or the card suite declares its jobs otherwise there. The worktree would make them other jobs
-    (trials, never recorded) or none: they wait for a pinned commit that declares them so."""
+    they train, or the card suite declares its jobs otherwise there, or the pinned commit's results/<table> holds
+    records this checkout has moved or removed since. The worktree would make them other jobs or none, or check
+    them there against those records (trials, never recorded): they wait for a pinned commit that agrees."""
     changed = set(git(repo, "diff", "--name-only", commit, "--", "conf/experiment", "conf/card").split())
     cards = SUITE_FILE in changed and any(job.table.startswith(f"{CARD}/") for job in jobs)
     theirs = _card_jobs_at(repo, commit) if cards else {}
@@ -482,6 +483,17 @@ def declared_elsewhere(jobs: list[Job], repo: Path, commit: str) -> dict[str, st
             for group in job.groups:
                 out[group] = (f"{path} here differs from the pinned commit {commit[:7]}'s, where its jobs train: "
                               "commit it, and pin that commit")
+    gone: dict[str, list[str]] = {}   # table → its records at the pin that this checkout no longer holds
+    for path in git(repo, "diff", "--name-only", "--no-renames", "--diff-filter=D", commit, "--", "results").split():
+        if path.endswith("/summary.json"):
+            table, _, name = path[len("results/"):-len("/summary.json")].rpartition("/")
+            gone.setdefault(table, []).append(name)
+    for job in jobs:
+        if names := gone.get(job.table):
+            for group in job.groups:
+                out[group] = (f"results/{job.table} at the pinned commit {commit[:7]} holds {len(names)} records "
+                              f"this checkout has moved or removed (such as {names[0]}); there the jobs would be "
+                              "checked against them and become trials: pin a commit after the move")
     return out
 
 
@@ -808,7 +820,7 @@ def _campaign(args: argparse.Namespace, repo: Path, tables: list[str] | None) ->
     if tree is not None:
         salvage(jobs, done, repo, tree, args.branch, commit)
     estimate(jobs, recorded)
-    kept_back = {**held(jobs, done, recorded, commit, repo / "results"), **declared_elsewhere(jobs, repo, commit)}
+    kept_back = {**held(jobs, done, recorded, commit, repo / "results"), **differs_at_pin(jobs, repo, commit)}
     plan = order(jobs, done, kept_back)
     print(plan_text(plan, kept_back), flush=True)
     if args.plan:
